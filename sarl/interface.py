@@ -1,0 +1,81 @@
+"""The one reward interface: every reward maps a RolloutBatch to RewardOutputs.
+
+`sarl/`, `baselines/` and `eval/` all import these types; no reward imports a
+training backend (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+
+@dataclass
+class RolloutBatch:
+    """Finished rollouts: one row per response.
+
+    `group_ids` carries the prompt uid of each response, so group rewards see a
+    prompt's siblings whatever order the backend put the rows in.
+    """
+
+    prompts: list[str]
+    responses: list[str]
+    group_ids: list[str] | None = None
+    ground_truths: list[Any] | None = None
+    data_sources: list[str] | None = None
+    extra_info: list[dict[str, Any]] | None = None
+    response_token_ids: list[list[int]] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.responses)
+        if self.group_ids is None:
+            self.group_ids = [str(i) for i in range(n)]
+        for name in ("prompts", "group_ids", "ground_truths", "data_sources", "extra_info", "response_token_ids"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"RolloutBatch.{name} has {len(value)} rows but responses has {n}")
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def groups(self) -> dict[str, list[int]]:
+        """Row indices per group id, groups in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for i, gid in enumerate(self.group_ids or []):
+            out.setdefault(str(gid), []).append(i)
+        return out
+
+    @classmethod
+    def from_responses(cls, responses: Sequence[str], prompts: Sequence[str] | None = None) -> RolloutBatch:
+        """A batch of independent responses (one group each)."""
+        responses = list(responses)
+        return cls(prompts=list(prompts) if prompts is not None else [""] * len(responses), responses=responses)
+
+
+@dataclass
+class RewardOutput:
+    """A response's reward plus named diagnostics (logged as `reward/<name>/mean`).
+
+    `failed` holds the reason when the reward could not be computed; `score` is
+    then the reward's configured failure value, never noise.
+    """
+
+    score: float
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    failed: str | None = None
+
+    def __post_init__(self) -> None:
+        self.score = float(self.score)
+        if not math.isfinite(self.score):
+            raise ValueError(f"reward score must be finite, got {self.score!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.score, **self.diagnostics, "failed": self.failed}
+
+
+@runtime_checkable
+class Reward(Protocol):
+    """What a backend calls: rewards(batch) -> one RewardOutput per response."""
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]: ...

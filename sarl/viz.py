@@ -1,0 +1,63 @@
+"""Reasoning-map pictures in the style of SARL Fig. 2b: nodes are reasoning functions
+(step clusters), edges are transitions between consecutive steps."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from sarl.graph import reasoning_map
+
+
+def plot_reasoning_map(
+    steps: Sequence[str],
+    labels: Sequence[int],
+    path: str | Path,
+    title: str = "",
+    snippet_chars: int = 48,
+) -> Path:
+    """Draw one response's reasoning map to `path` (PNG) and return the path.
+
+    Node size grows with the number of steps in the cluster; each node is labelled with
+    its cluster id, its step count and the start of its first step.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    labels = [int(x) for x in labels]
+    G = reasoning_map(labels)
+    counts = {v: labels.count(v) for v in G.nodes}
+    first_step = {v: steps[labels.index(v)] for v in G.nodes}
+    fig, ax = plt.subplots(figsize=(8, 6))
+    if G.number_of_nodes():
+        pos = nx.spring_layout(G, seed=0) if G.number_of_nodes() > 2 else nx.circular_layout(G)
+        sizes = [600 + 300 * counts[v] for v in G.nodes]
+        nx.draw_networkx_edges(G, pos, ax=ax, width=2.0, edge_color="#888888")
+        nx.draw_networkx_nodes(G, pos, ax=ax, node_size=sizes, node_color="#8fb9e6", edgecolors="#1f4e79")
+        names = {v: f"F{i + 1}\n{counts[v]} step{'s' if counts[v] != 1 else ''}" for i, v in enumerate(G.nodes)}
+        nx.draw_networkx_labels(G, pos, names, ax=ax, font_size=8)
+        for i, v in enumerate(G.nodes):
+            x, y = pos[v]
+            snippet = textwrap.shorten(first_step[v].replace("\n", " "), snippet_chars, placeholder="…")
+            ax.annotate(
+                snippet, (x, y), xytext=(0, -34), textcoords="offset points", ha="center", fontsize=6, color="#333333"
+            )
+        xs = np.array([p[0] for p in pos.values()])
+        ys = np.array([p[1] for p in pos.values()])
+        ax.set_xlim(xs.min() - 0.5, xs.max() + 0.5)
+        ax.set_ylim(ys.min() - 0.5, ys.max() + 0.5)
+    else:
+        ax.text(0.5, 0.5, "no reasoning steps", ha="center", va="center")
+    ax.set_title(title, fontsize=10)
+    ax.axis("off")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

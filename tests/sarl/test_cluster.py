@@ -1,0 +1,112 @@
+"""SPEC section 1 "Clustering": k rule, HDBSCAN parameters, agreement with scikit-learn."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.cluster import HDBSCAN, KMeans
+from sklearn.metrics import adjusted_rand_score
+
+from sarl.cluster import cluster_batch, cluster_steps, hdbscan_params, kmeans_k
+
+
+def unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def blobs(rng, m, d, n_centres, spread):
+    centres = rng.normal(size=(n_centres, d))
+    truth = rng.integers(0, n_centres, m)
+    return unit(centres[truth] + rng.normal(scale=spread, size=(m, d))), truth
+
+
+@pytest.mark.parametrize(
+    "m,k", [(0, 0), (1, 1), (2, 1), (3, 2), (4, 2), (6, 2), (7, 3), (12, 3), (13, 4), (80, 9), (1024, 32)]
+)
+def test_kmeans_k_is_rounded_sqrt(m, k):
+    assert kmeans_k(m) == k
+
+
+def test_kmeans_k_capped_by_distinct_embeddings():
+    assert kmeans_k(100, n_distinct=3) == 3
+    x = np.repeat(unit(np.eye(4)[:2]), 50, axis=0)  # 100 steps, 2 distinct vectors
+    labels = cluster_steps(x)
+    assert len(set(labels.tolist())) == 2
+
+
+@pytest.mark.parametrize(
+    "m,mcs,ms", [(2, 2, 1), (7, 2, 1), (8, 2, 1), (12, 3, 2), (16, 4, 3), (20, 5, 4), (80, 5, 4), (4000, 5, 4)]
+)
+def test_hdbscan_params(m, mcs, ms):
+    assert hdbscan_params(m) == (mcs, ms)
+
+
+def test_tiny_responses_form_one_node():
+    for method in ("kmeans", "hdbscan"):
+        assert cluster_steps(np.zeros((0, 8)), method).shape == (0,)
+        assert cluster_steps(unit(np.ones((1, 8))), method).tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hdbscan_labels_equal_scikit_learn(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        m = int(rng.integers(2, 120))
+        x, _ = blobs(rng, m, int(rng.choice([16, 384])), int(rng.integers(1, 7)), rng.uniform(0.05, 1.5))
+        mcs, ms = hdbscan_params(m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = HDBSCAN(min_cluster_size=mcs, min_samples=ms, algorithm="brute").fit(x).labels_
+        np.testing.assert_array_equal(cluster_steps(x, "hdbscan"), ref)
+
+
+def test_hdbscan_noise_and_separated_clusters():
+    rng = np.random.default_rng(0)
+    x, truth = blobs(rng, 60, 32, 3, 0.02)
+    labels = cluster_steps(x, "hdbscan")
+    assert adjusted_rand_score(truth, labels) == pytest.approx(1.0)
+
+
+def test_kmeans_recovers_well_separated_clusters():
+    rng = np.random.default_rng(1)
+    for m in (9, 16, 49, 100):
+        k = kmeans_k(m)
+        centres = unit(rng.normal(size=(k, 64)))
+        truth = np.arange(m) % k
+        x = unit(centres[truth] + rng.normal(scale=0.01, size=(m, 64)))
+        assert adjusted_rand_score(truth, cluster_steps(x)) == pytest.approx(1.0)
+
+
+def test_kmeans_quality_matches_scikit_learn():
+    """Same objective as sklearn's KMeans(n_init=1): inertia within 2% on average."""
+    rng = np.random.default_rng(2)
+    ratios = []
+    for _ in range(150):
+        m = int(rng.integers(4, 120))
+        x, _ = blobs(rng, m, 64, int(rng.integers(1, 10)), rng.uniform(0.05, 1.5))
+        labels = cluster_steps(x)
+        ours = sum(((x[labels == c] - x[labels == c].mean(0)) ** 2).sum() for c in np.unique(labels))
+        ref = KMeans(n_clusters=kmeans_k(m), n_init=1, random_state=0).fit(x).inertia_
+        ratios.append(ours / ref)
+    assert np.mean(ratios) < 1.02
+
+
+@pytest.mark.parametrize("method", ["kmeans", "hdbscan"])
+def test_same_response_same_labels_whatever_the_batch(method):
+    rng = np.random.default_rng(3)
+    xs = [blobs(rng, int(rng.integers(2, 40)), 16, 3, 0.5)[0].astype(np.float32) for _ in range(40)]
+    together = cluster_batch(xs, method, seed=7)
+    shuffled_idx = rng.permutation(len(xs))
+    shuffled = cluster_batch([xs[i] for i in shuffled_idx], method, seed=7)
+    for pos, i in enumerate(shuffled_idx):
+        np.testing.assert_array_equal(shuffled[pos], together[i])
+        np.testing.assert_array_equal(cluster_steps(xs[i], method, seed=7), together[i])
+
+
+def test_bad_embeddings_raise_clear_errors():
+    with pytest.raises(ValueError, match="NaN"):
+        cluster_steps(np.full((3, 4), np.nan))
+    with pytest.raises(ValueError, match="2-D"):
+        cluster_steps(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="kmeans, hdbscan"):
+        cluster_steps(np.ones((3, 4)), "dbscan")
