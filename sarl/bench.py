@@ -128,9 +128,16 @@ def bench_embedding(cfg: DictConfig, console: Console) -> dict | None:
         served_name="minilm",
         python=str(python),
         env=VLLM_CPU_ENV,
+        extra_args=list(cfg.embedding.server_args),
         startup_timeout_s=cfg.embedding.startup_timeout_s,
     ) as server:
-        with HTTPEmbedder(url=server.url, model="minilm", batch_size=256, max_concurrency=4) as client:
+        with HTTPEmbedder(
+            url=server.url,
+            model="minilm",
+            batch_size=cfg.embedding.batch_size,
+            max_concurrency=cfg.embedding.max_concurrency,
+            timeout_s=cfg.embedding.timeout_s,
+        ) as client:
             client.embed(texts[:16])
             t0 = time.perf_counter()
             got = client.embed(texts)

@@ -214,8 +214,11 @@ class HTTPEmbedder(Embedder):
             results = [self._embed_chunk(c) for c in chunks]
         else:
             # Threads, not asyncio: the reward may run inside verl's event loop.
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sarl-embed") as pool:
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sarl-embed")
+            try:
                 results = list(pool.map(self._embed_chunk, chunks))
+            finally:  # on an interrupt, return at once instead of waiting out every retry
+                pool.shutdown(wait=False, cancel_futures=True)
         vectors: list[np.ndarray | None] = []
         reasons: dict[int, str] = {}
         for start, (vecs, errs) in zip(starts, results):

@@ -34,6 +34,9 @@ VLLM_CPU_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
+# vLLM's CPU build downcasts to float16 by default, which CPUs run slowly (SARL's GPU set-up keeps the default).
+VLLM_CPU_ARGS = ("--dtype", "float32")
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:

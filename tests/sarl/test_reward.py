@@ -182,3 +182,19 @@ def test_dimension_inferred_from_the_majority_not_the_first_vector():
     outs = run(StructureReward(emb), [think("plan WRONG", "calc a"), think("plan b", "calc c", "check d")])
     assert outs[0].failed.startswith("wrong embedding dimension: got 5, expected 16")
     assert outs[1].failed is None and emb.dim == 16
+
+
+def test_every_embedding_config_composes():
+    from omegaconf.errors import MissingMandatoryValue
+
+    from sarl.embed.http import HTTPEmbedder
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        server = compose(config_name="score", overrides=["embedding=vllm_server", "embedding.url=http://127.0.0.1:9"])
+        hidden = compose(config_name="score", overrides=["embedding=policy_hidden"])
+        local = compose(config_name="score", overrides=["embedding=local"])
+    emb = instantiate(server.embedding)
+    assert isinstance(emb, HTTPEmbedder) and emb.dim == 1024 and emb.model == "Qwen/Qwen3-Embedding-0.6B"
+    with pytest.raises(MissingMandatoryValue):
+        hidden.embedding.model
+    assert local.embedding.model == "bundled-minilm"

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from sarl.embed.local import bundled_minilm_path
-from sarl.embed.server import VLLM_CPU_ENV, EmbeddingServer
+from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_VENV = REPO / ".venv-vllm"
@@ -242,6 +242,7 @@ def vllm_server(minilm_dir: str, tmp_path_factory: pytest.TempPathFactory) -> It
         served_name=VLLM_MODEL_NAME,
         python=str(python),
         env=VLLM_CPU_ENV,
+        extra_args=VLLM_CPU_ARGS,
         startup_timeout_s=VLLM_STARTUP_S,
         log_path=tmp_path_factory.mktemp("vllm") / "server.log",
     )
