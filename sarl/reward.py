@@ -61,6 +61,8 @@ class StructureReward:
     gets `failed_score` and `failed=<reason>`; nothing raises on model output.
     """
 
+    diagnostic_keys = ("sr", "C", "L", "n_steps", "n_nodes", "n_edges", "no_think", "truncated", "steps_capped")
+
     def __init__(
         self,
         embedder: Embedder,

@@ -1,0 +1,170 @@
+"""EMPO: semantic entropy minimisation (Zhang et al. 2025, "Right Question is Already Half the Answer";
+SPEC section 2 "EMPO").
+
+Cluster a prompt's G responses by meaning; reward each response with the empirical probability of its
+cluster, p(c) = |c| / G, whose expectation is minimised semantic entropy H = -sum_c p(c) log p(c).
+
+- math: clusters = equivalence classes of the final `\\boxed{}` answers (math-verify, as EMPO's code).
+- open_ended (SARL Sec. 4.3): clusters of the final answers (text after `</think>`) by embedding: answers
+  whose unit embeddings have cosine similarity >= `threshold` are linked, and clusters are the connected
+  components (single linkage), which does not depend on the order of the responses.
+
+Responses without an answer (or whose answer could not be embedded) get reward 0; like empty answers in
+EMPO's code, each counts as its own singleton cluster in G, in H and in the max cluster probability.
+Confidence filter (EMPO's `confidence_lower_bound` / `confidence_upper_bound`, 0.3 / 1.0): a group whose
+largest cluster probability lies outside [low, high] gets reward 0 for every response (`filtered=1`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+
+import numpy as np
+
+from eval.grading import Grader, default_grader, extract_answer
+from sarl.embed.base import Embedder
+from sarl.interface import RewardOutput, RolloutBatch
+from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
+
+log = logging.getLogger(__name__)
+
+MODES = ("math", "open_ended")
+
+
+def final_answer_text(text: str) -> str | None:
+    """The final answer of an open-ended response: the text after the last `</think>`; the whole response
+    if it has no think tags; None if the thinking never closed (truncated) or the answer is empty."""
+    cut = text.rfind(THINK_CLOSE)
+    if cut >= 0:
+        answer = text[cut + len(THINK_CLOSE) :]
+    elif THINK_OPEN in text:
+        return None
+    else:
+        answer = text
+    return answer.strip() or None
+
+
+def single_linkage_clusters(vectors: np.ndarray, threshold: float) -> list[int]:
+    """Connected components of the graph linking unit vectors with cosine similarity >= threshold.
+
+    Labels follow the first member's position, so a permutation of the rows permutes the labels only.
+    """
+    n = len(vectors)
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    similar = (vectors @ vectors.T) >= threshold
+    for i, j in zip(*np.nonzero(np.triu(similar, k=1))):
+        parent[root(int(j))] = root(int(i))
+    first: dict[int, int] = {}
+    return [first.setdefault(root(i), len(first)) for i in range(n)]
+
+
+class EMPOReward:
+    """Reward = empirical probability of the response's semantic cluster within its group (EMPO).
+
+    Diagnostics: `cluster_prob` (p of the response's cluster; 0 without an answer), `semantic_entropy`
+    (per group, copied to its rows), `max_cluster_prob` (per group), `filtered` (1 if the confidence filter
+    zeroed the group), `no_answer`.
+    """
+
+    group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+
+    def __init__(
+        self,
+        mode: str = "math",
+        threshold: float = 0.9,
+        low: float = 0.3,
+        high: float = 1.0,
+        embedder: Embedder | None = None,
+        grader: Grader | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"EMPO mode {mode!r} not found; choose one of: {', '.join(MODES)}")
+        if mode == "open_ended" and embedder is None:
+            raise ValueError("EMPO mode 'open_ended' clusters answers by embedding: pass an embedder")
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError(f"EMPO filter needs 0 <= low <= high <= 1, got low={low}, high={high}")
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"cosine similarity threshold must lie in [-1, 1], got {threshold}")
+        self.mode = mode
+        self.threshold = float(threshold)
+        self.low = float(low)
+        self.high = float(high)
+        self.embedder = embedder
+        self.grader = grader
+        self.failure_counts: Counter[str] = Counter()
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+        failed: dict[int, str] = {
+            i: f"unusable response: a {type(r).__name__}, not a str"
+            for i, r in enumerate(batch.responses)
+            if not isinstance(r, str)
+        }
+        if self.mode == "math":
+            answers = [extract_answer(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+            vectors = None
+        else:
+            answers = [final_answer_text(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+            vectors = self._embed(answers, failed)
+        out: list[RewardOutput | None] = [None] * len(batch)
+        for rows in batch.groups().values():
+            answered = [i for i in rows if answers[i] is not None and i not in failed]
+            labels = self._clusters(answered, answers, vectors)
+            sizes = Counter(labels.values())
+            g = len(rows)
+            # every response without a usable answer is a singleton cluster (EMPO's code: empty answers)
+            probs = [n / g for n in sizes.values()] + [1 / g] * (g - len(answered))
+            entropy = -sum(p * math.log(p) for p in probs)  # semantic entropy H (EMPO)
+            max_prob = max(probs)
+            filtered = not self.low <= max_prob <= self.high  # EMPO confidence filter
+            for i in rows:
+                p = sizes[labels[i]] / g if i in labels else 0.0
+                diag = {
+                    "cluster_prob": p,
+                    "semantic_entropy": entropy,
+                    "max_cluster_prob": max_prob,
+                    "filtered": float(filtered),
+                    "no_answer": float(answers[i] is None),
+                }
+                out[i] = RewardOutput(0.0 if filtered else p, diag, failed.get(i))
+        for reason in failed.values():
+            self.failure_counts[reason.split(":")[0]] += 1
+        return out  # type: ignore[return-value]
+
+    def _clusters(self, rows: list[int], answers: list[str | None], vectors: np.ndarray | None) -> dict[int, int]:
+        """Cluster label per answered row of one group."""
+        if not rows:
+            return {}
+        if self.mode == "math":
+            grader = self.grader or default_grader()
+            labels, _ = grader.classes([answers[i] for i in rows])
+        else:
+            labels = single_linkage_clusters(vectors[rows].astype(np.float64), self.threshold)
+        return dict(zip(rows, labels))
+
+    def _embed(self, answers: list[str | None], failed: dict[int, str]) -> np.ndarray | None:
+        """Unit embeddings of the final answers; rows that cannot be embedded are added to `failed`."""
+        todo = [i for i, a in enumerate(answers) if a is not None and i not in failed]
+        if not todo:
+            return None
+        try:
+            result = self.embedder.embed([sanitize(answers[i])[0] for i in todo])
+        except Exception as err:  # an embedder crash fails the answers, not the run
+            log.exception("embedder %s failed on %d answers", type(self.embedder).__name__, len(todo))
+            failed.update({i: f"embedding error: {type(err).__name__}: {err}" for i in todo})
+            return None
+        vectors = np.full((len(answers), result.vectors.shape[1]), np.nan)
+        for k, i in enumerate(todo):
+            if k in result.failed:
+                failed[i] = result.failed[k]
+            else:
+                vectors[i] = result.vectors[k]
+        return vectors

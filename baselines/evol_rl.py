@@ -1,0 +1,172 @@
+"""EVOL-RL: majority selection + novelty variation (Zhou et al. 2025, seed 002; SPEC section 2 "EVOL-RL").
+
+Per prompt with G responses (seed 002 App. B.2, C.4, C.5):
+1. Validity (C.4): the content of the last `\\boxed{}` must contain a digit; invalid -> r = -1.
+2. Majority (B.2): y_i = +1 if the answer is in the majority class of the valid answers (TTRL's vote,
+   `baselines.ttrl.majority_vote`), else -1 (minority).
+3. Novelty (B.2, C.5): unit embeddings v_i of each valid response's reasoning, S = V V^T;
+   s̄_i = mean S_ij over the other responses of its own band (majority or minority),
+   m_i = max S_ij over all other responses; u_i = 1 - (alpha s̄_i + (1 - alpha) m_i);
+   ũ_i = (u_i - min u) / (max u - min u + eps), min/max within the band (C.5).
+4. Reward (B.2): r = 0.5 + 0.5 ũ (majority, in [0.5, 1)), r = -1 + 0.5 ũ (minority, in [-1, -0.5)).
+Every majority response therefore outranks every minority one.
+
+Choices where the paper is silent (see the class docstring): invalid responses are not embedded and
+take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (SPEC 1 rules), or
+the whole response when that is empty; cosine similarities are not clipped (the authors' code clips to
+[0, 1], the paper does not). Training settings that go with it (clip_ratio_high 0.28, entropy coefficient
+0.003, 64 votes / 32 trained via `baselines.ttrl.select_for_training`, lr 5e-7, temperature 1.0; C.6)
+belong to the training config, not to the reward.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+
+import numpy as np
+
+from baselines.ttrl import majority_vote
+from eval.grading import Grader, default_grader, extract_answer
+from sarl.embed.base import Embedder
+from sarl.interface import RewardOutput, RolloutBatch
+from sarl.steps import extract_reasoning, sanitize
+
+log = logging.getLogger(__name__)
+
+_DIGIT = re.compile(r"\d")
+
+
+def is_valid_answer(answer: str | None) -> bool:
+    """EVOL-RL App. C.4: a final `\\boxed{}` answer that contains at least one digit."""
+    return answer is not None and _DIGIT.search(answer) is not None
+
+
+def reasoning_text(response: str) -> str:
+    """The reasoning part that EVOL-RL embeds: the `<think>` block (SPEC 1), else the whole response."""
+    clean, _ = sanitize(response)
+    reasoning, _, _ = extract_reasoning(clean, "whole")
+    return reasoning.strip() or clean.strip()
+
+
+def novelty_scores(
+    sim: np.ndarray, majority: np.ndarray, alpha: float = 0.5, eps: float = 1e-8
+) -> tuple[np.ndarray, np.ndarray]:
+    """Raw novelty u (NaN where undefined) and band-normalised novelty ũ for one group's valid responses.
+
+    `sim` is S = V V^T (G' x G', unit vectors), `majority` the boolean band of each response.
+    EVOL-RL App. B.2: u_i = 1 - (alpha s̄_i + (1 - alpha) m_i); App. C.5: ũ = (u - min) / (max - min + eps)
+    within each band. Edge cases (paper silent): a response alone in its band has no s̄_i, so u_i = 1 - m_i;
+    a response alone in the group has no m_i either, so u_i is undefined (NaN). Both are alone in their band,
+    where min-max normalisation gives ũ = 0 whatever u is, so neither choice changes a reward.
+    """
+    n = len(sim)
+    u = np.full(n, np.nan)
+    for i in range(n):
+        others = np.arange(n) != i
+        if not others.any():
+            continue
+        m_i = sim[i, others].max()  # max similarity to any other response (B.2)
+        peers = others & (majority == majority[i])
+        if peers.any():
+            s_bar = sim[i, peers].mean()  # mean similarity within its own band (B.2)
+            u[i] = 1.0 - (alpha * s_bar + (1.0 - alpha) * m_i)  # EVOL-RL App. B.2
+        else:
+            u[i] = 1.0 - m_i
+    u_tilde = np.zeros(n)
+    for band in (majority, ~majority):
+        members = band & ~np.isnan(u)
+        if members.any():
+            lo, hi = u[members].min(), u[members].max()
+            u_tilde[members] = (u[members] - lo) / (hi - lo + eps)  # EVOL-RL App. C.5
+    return u, u_tilde
+
+
+class EvolRLReward:
+    """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (seed 002 App. B.2).
+
+    Diagnostics: `valid`, `majority` (1 for the majority band), `majority_ratio` (majority class size /
+    group size), `novelty` (raw u_i, absent when undefined), `novelty_normalized` (ũ_i, valid rows).
+
+    Decisions where the paper is silent:
+    - invalid responses are neither embedded nor part of s̄_i or m_i (the authors' code drops them too);
+      "any other response in the entire batch" (B.2) is read as the other valid responses of the prompt;
+    - a group of size 1, or a band of size 1, gets ũ = 0 (the C.5 formula with eps), so r = 0.5 or -1;
+      the authors' code gives 1.0 / -0.5 there and 0.75 / -0.75 when all u in a band are equal, the paper's
+      formula gives ũ = 0: we follow the paper;
+    - all responses invalid: every r = -1, majority_ratio = 0;
+    - a valid response whose reasoning cannot be embedded gets `failed` with the reason and ũ = 0 (the
+      bottom of its band: the vote still counts, the novelty is unknown), and the others' s̄, m are
+      computed without it; never random vectors (the authors' code substituted random embeddings).
+    """
+
+    group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+
+    def __init__(self, embedder: Embedder, alpha: float = 0.5, eps: float = 1e-8, grader: Grader | None = None) -> None:
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        self.embedder = embedder
+        self.alpha = float(alpha)
+        self.eps = float(eps)
+        self.grader = grader
+        self.failure_counts: Counter[str] = Counter()
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+        grader = self.grader or default_grader()
+        failed: dict[int, str] = {
+            i: f"unusable response: a {type(r).__name__}, not a str"
+            for i, r in enumerate(batch.responses)
+            if not isinstance(r, str)
+        }
+        answers = [extract_answer(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+        valid = [is_valid_answer(a) for a in answers]
+        vectors = self._embed(batch.responses, valid, failed)
+        out: list[RewardOutput | None] = [None] * len(batch)
+        for rows in batch.groups().values():
+            vote = majority_vote([answers[i] if valid[i] else None for i in rows], grader)
+            majority_ratio = vote.count / len(rows)
+            in_majority = {i: vote.majority is not None and vote.labels[k] == vote.majority for k, i in enumerate(rows)}
+            embedded = [i for i in rows if valid[i] and i not in failed]
+            u = dict.fromkeys(embedded, np.nan)
+            u_tilde = {i: 0.0 for i in rows if valid[i]}
+            if embedded:
+                v = vectors[embedded].astype(np.float64)
+                raw, norm = novelty_scores(v @ v.T, np.array([in_majority[i] for i in embedded]), self.alpha, self.eps)
+                u.update(zip(embedded, raw.tolist()))
+                u_tilde.update(zip(embedded, norm.tolist()))
+            for i in rows:
+                diag = {"valid": float(valid[i]), "majority": float(in_majority[i]), "majority_ratio": majority_ratio}
+                if not valid[i]:
+                    out[i] = RewardOutput(-1.0, diag, failed.get(i))  # invalid (App. B.2)
+                    continue
+                diag["novelty_normalized"] = u_tilde[i]
+                if not np.isnan(u.get(i, np.nan)):
+                    diag["novelty"] = u[i]
+                # EVOL-RL App. B.2: majority band [0.5, 1], minority band [-1, -0.5]
+                score = (0.5 + 0.5 * u_tilde[i]) if in_majority[i] else (-1.0 + 0.5 * u_tilde[i])
+                out[i] = RewardOutput(score, diag, failed.get(i))
+        for reason in failed.values():
+            self.failure_counts[reason.split(":")[0]] += 1
+        return out  # type: ignore[return-value]
+
+    def _embed(self, responses: list, valid: list[bool], failed: dict[int, str]) -> np.ndarray | None:
+        """Unit embeddings of the valid responses' reasoning; rows that fail are added to `failed`."""
+        todo = [i for i, ok in enumerate(valid) if ok]
+        if not todo:
+            return None
+        try:
+            result = self.embedder.embed([reasoning_text(responses[i]) for i in todo])
+        except Exception as err:  # an embedder crash fails the responses' novelty, not the run
+            log.exception("embedder %s failed on %d responses", type(self.embedder).__name__, len(todo))
+            failed.update({i: f"embedding error: {type(err).__name__}: {err}" for i in todo})
+            return None
+        vectors = np.full((len(responses), result.vectors.shape[1]), np.nan)
+        for k, i in enumerate(todo):
+            if k in result.failed:
+                failed[i] = result.failed[k]
+            else:
+                vectors[i] = result.vectors[k]
+        return vectors

@@ -1,0 +1,68 @@
+"""Ground-truth reward (SARL Table 2 "w/ Ground-Truth"; SPEC section 2 "Ground truth").
+
+r = 1 if the final answer (last `\\boxed{}` after `</think>`) is equivalent to the gold answer under
+math-verify, `verify(gold, pred)` with the gold first; else 0. A gold may be a list of accepted answers
+(any match counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from eval.grading import Grader, default_grader, extract_answer, gold_answers
+from sarl.interface import RewardOutput, RolloutBatch
+
+log = logging.getLogger(__name__)
+
+
+class GroundTruthReward:
+    """1 if the response's answer matches its gold answer, else 0.
+
+    Diagnostics: `acc` (= the score), `no_answer` (no `\\boxed{}` answer; score 0), `grader_timeout`
+    (a math-verify check timed out and counted as "not equivalent"). A row whose gold answer is missing
+    (None), malformed or does not parse gets score 0 and `failed` with the reason: never a silent 0 or 1.
+    Gold answers are validated when the data is prepared (`eval.grading.validate_gold_rows`); the runtime
+    check is the safety net.
+    """
+
+    diagnostic_keys = ("acc", "no_answer", "grader_timeout")
+
+    def __init__(self, grader: Grader | None = None) -> None:
+        self.grader = grader
+        self.failure_counts: Counter[str] = Counter()
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+        grader = self.grader or default_grader()
+        golds = batch.ground_truths if batch.ground_truths is not None else [None] * len(batch)
+        out = [self._score(response, gold, grader) for response, gold in zip(batch.responses, golds)]
+        failures = Counter(o.failed.split(":")[0] for o in out if o.failed)
+        if failures:
+            self.failure_counts.update(failures)
+            log.warning("ground-truth reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        return out
+
+    def _score(self, response: object, gold: object, grader: Grader) -> RewardOutput:
+        if gold is None:
+            return RewardOutput(0.0, failed="no ground truth")
+        try:
+            accepted = gold_answers(gold)
+        except ValueError as err:
+            return RewardOutput(0.0, failed=f"unusable ground truth: {err}")
+        unparseable = [a for a in accepted if not grader.parses(a).ok]
+        if unparseable:
+            return RewardOutput(0.0, failed=f"unparseable ground truth: {unparseable[0]!r} (validate it at data prep)")
+        if not isinstance(response, str):
+            return RewardOutput(0.0, failed=f"unusable response: a {type(response).__name__}, not a str")
+        answer = extract_answer(response)
+        if answer is None:
+            return RewardOutput(0.0, {"acc": 0.0, "no_answer": 1.0, "grader_timeout": 0.0})
+        correct, timed_out = False, False
+        for g in accepted:
+            verdict = grader.check(answer, g)  # verify(gold, pred), gold first (SPEC 2)
+            timed_out |= verdict.timed_out
+            if verdict.ok:
+                correct = True
+                break
+        diagnostics = {"acc": float(correct), "no_answer": 0.0, "grader_timeout": float(timed_out)}
+        return RewardOutput(float(correct), diagnostics)

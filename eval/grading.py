@@ -1,0 +1,534 @@
+"""Answer grading shared by the baseline rewards and the benchmarks (SPEC section 2 "Ground truth", section 3).
+
+- `extract_answer`: the final answer of a response: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`)
+  after the thinking part.
+- `is_equivalent(pred, gold)`: math-verify with the gold answer first, `verify(gold, pred)`.
+- `equivalence_classes`: answers grouped by math equivalence (the vote of TTRL, EMPO and EVOL-RL).
+- `validate_gold` / `validate_gold_rows`: a gold answer that does not parse is an error at data preparation.
+
+math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
+with math-verify's timeouts disabled inside a persistent worker process (`python -c`, pipes, one JSON line
+per request); a check that does not answer within `timeout_s` kills the worker, which is replaced on the
+next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`.
+Model text is only ever handed to math-verify's parser, never to Python's `eval`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from sarl.steps import THINK_CLOSE
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
+_WORKER_PARSE_CACHE = 4096
+
+# ---------------------------------------------------------------------------------------------------------
+# Answer extraction
+# ---------------------------------------------------------------------------------------------------------
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer: the content of the last well-formed, non-empty `\\boxed{...}` (nested braces
+    matched), `\\boxed ...` (up to `$` or the end of the line) or `\\fbox{...}` after the last `</think>`;
+    None if there is none (or `text` is not a string)."""
+    if not isinstance(text, str):
+        return None
+    cut = text.rfind(THINK_CLOSE)
+    if cut >= 0:
+        text = text[cut + len(THINK_CLOSE) :]
+    for match in reversed(list(_BOX_COMMAND.finditer(text))):
+        content = _box_content(text, match.end())
+        if content:
+            return content
+    return None
+
+
+def _box_content(text: str, start: int) -> str | None:
+    """Argument of a `\\boxed`/`\\fbox` command whose name ends at `start`, or None if malformed."""
+    if text[start : start + 1].isalpha():  # \boxedx, \fboxsep: another command
+        return None
+    j = start
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    if text[j : j + 1] == "{":
+        depth = 0
+        k = j
+        while k < len(text):
+            ch = text[k]
+            if ch == "\\":  # \{ and \} are literal braces, not grouping
+                k += 2
+                continue
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[j + 1 : k].strip() or None
+            k += 1
+        return None  # unbalanced: truncated generation
+    if j > start:  # "\boxed 5": the argument runs to "$" or the end of the line
+        return re.match(r"[^$\n]*", text[j:]).group(0).strip() or None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Normalisation and the fast path
+# ---------------------------------------------------------------------------------------------------------
+
+_THIN_SPACES = re.compile(r"\\[,;:!]")
+_WHITESPACE = re.compile(r"\s+")
+_INTEGER = re.compile(r"([+-]?)(\d+)")
+
+
+def _normalise(answer: str) -> str:
+    """Cosmetic normalisation: outer `$`, thin spaces, runs of whitespace, `\\dfrac`/`\\tfrac`, one final `.`."""
+    s = answer.strip()
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s.strip("$").strip()
+    s = _THIN_SPACES.sub("", s)
+    s = _WHITESPACE.sub(" ", s).strip()
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if s.endswith(".") and not s.endswith(".."):
+        s = s[:-1].rstrip()
+    return s
+
+
+def _canonical_integer(s: str) -> str | None:
+    """'016' -> '16', '-0' -> '0'; None if `s` is not a plain integer (AIME leading zeros, SPEC 2)."""
+    m = _INTEGER.fullmatch(s)
+    if m is None:
+        return None
+    digits = m.group(2).lstrip("0") or "0"
+    return digits if digits == "0" or m.group(1) != "-" else "-" + digits
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The grader: cache + fast path + worker process with a hard timeout
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of one check: `ok` (equivalent / parses) and whether it timed out (then `ok` is False)."""
+
+    ok: bool
+    timed_out: bool = False
+
+
+class Grader:
+    """math-verify behind a process-level timeout, with an LRU cache and a fast path for plain answers.
+
+    Thread-safe: checks from several threads are serialised on one worker. After a fork, the child starts
+    its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts,
+    worker errors and worker starts.
+    """
+
+    def __init__(
+        self, timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16, startup_timeout_s: float = 120.0
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self.cache_size = int(cache_size)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.counts: Counter[str] = Counter()
+        self._cache: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen | None = None
+        self._stderr: Any = None
+        self._buf = b""
+        self._owner_pid = 0
+
+    # -- public checks ----------------------------------------------------------------------------------
+
+    def check(self, pred: str, gold: str) -> Verdict:
+        """Is `pred` equivalent to `gold`? math-verify's `verify(gold, pred)`, gold first (SPEC 2).
+
+        `pred` must be a string (anything else is not equivalent); a numeric `gold` is read as its str().
+        """
+        with self._lock:
+            self.counts["checks"] += 1
+            p = _normalise(pred) if isinstance(pred, str) else ""
+            g = _normalise(str(gold))
+            if not p or not g:
+                self.counts["fast_path"] += 1
+                return Verdict(False)
+            pi, gi = _canonical_integer(p), _canonical_integer(g)
+            if pi is not None and gi is not None:
+                self.counts["fast_path"] += 1
+                return Verdict(pi == gi)
+            if p == g:
+                self.counts["fast_path"] += 1
+                return Verdict(True)
+            return self._cached(("verify", g, p), {"op": "verify", "gold": g, "pred": p})
+
+    def parses(self, answer: str) -> Verdict:
+        """Does math-verify turn `answer` (wrapped in `\\boxed{}` or `$...$` as needed) into a sympy object?"""
+        s = _normalise(str(answer))
+        if not s:
+            return Verdict(False)
+        return self._cached(("parses", s, ""), {"op": "parses", "text": s})
+
+    def classes(self, answers: Sequence[str | None]) -> tuple[list[int | None], list[str]]:
+        """Equivalence classes of `answers` and one representative per class.
+
+        Distinct answers are visited in a canonical order (shortest first, then lexicographic), each joins
+        the first class whose representative verifies it (`verify(representative, answer)`), so the
+        partition does not depend on the order of `answers`. Class ids follow first appearance in
+        `answers`; None (no answer, or an empty one) gets None. Representatives are listed by class id.
+        """
+        keys = [_normalise(a) if isinstance(a, str) else "" for a in answers]
+        representatives: list[str] = []
+        class_of: dict[str, int] = {}
+        for key in sorted({k for k in keys if k}, key=lambda k: (len(k), k)):
+            for c, rep in enumerate(representatives):
+                if self.check(key, rep).ok:
+                    class_of[key] = c
+                    break
+            else:
+                class_of[key] = len(representatives)
+                representatives.append(key)
+        renumber: dict[int, int] = {}
+        labels: list[int | None] = []
+        for key in keys:
+            labels.append(renumber.setdefault(class_of[key], len(renumber)) if key else None)
+        by_label = sorted(renumber, key=renumber.__getitem__)
+        return labels, [representatives[c] for c in by_label]
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def close(self) -> None:
+        """Stop the worker process (a later check starts a new one)."""
+        with self._lock:
+            self._kill()
+
+    # -- cache and worker --------------------------------------------------------------------------------
+
+    def _cached(self, key: tuple[str, str, str], payload: dict[str, str]) -> Verdict:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.counts["cache_hits"] += 1
+                return hit
+            verdict = self._ask(payload)
+            self._cache[key] = verdict  # timeouts too: a pathological answer costs one timeout, not one per row
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return verdict
+
+    def _ask(self, payload: dict[str, str]) -> Verdict:
+        self.counts["worker_calls"] += 1
+        self._ensure_worker()
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write((json.dumps(payload) + "\n").encode("ascii"))
+            self._proc.stdin.flush()
+            reply = self._read_reply(time.monotonic() + self.timeout_s)
+        except (OSError, EOFError, ValueError) as err:  # ValueError: a reply that is not JSON
+            self.counts["worker_errors"] += 1
+            log.warning("math-verify worker failed (%s: %s); counted as not equivalent", type(err).__name__, err)
+            self._kill()
+            return Verdict(False)
+        if reply is None:
+            self.counts["timeouts"] += 1
+            log.warning(
+                "math-verify timed out after %.1fs on %s; counted as not equivalent (%d timeouts so far)",
+                self.timeout_s,
+                _short(payload),
+                self.counts["timeouts"],
+            )
+            self._kill()
+            return Verdict(False, timed_out=True)
+        if "error" in reply:
+            self.counts["worker_errors"] += 1
+            log.warning("math-verify raised %s on %s; counted as not equivalent", reply["error"], _short(payload))
+            return Verdict(False)
+        return Verdict(bool(reply["result"]))
+
+    def _ensure_worker(self) -> None:
+        if self._proc is not None and self._owner_pid != os.getpid():
+            self._proc = None  # forked child: the parent's worker is not ours to use or kill
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._kill()
+        self._stderr = tempfile.TemporaryFile()
+        boot = (
+            "import importlib.util as u, sys; "
+            f"s = u.spec_from_file_location('_sarl_grading_worker', {str(Path(__file__).resolve())!r}); "
+            "m = sys.modules[s.name] = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main()"
+        )
+        self._proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", boot],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            bufsize=-1,
+            close_fds=True,
+        )
+        self._owner_pid = os.getpid()
+        self._buf = b""
+        self.counts["worker_starts"] += 1
+        try:
+            reply = self._read_reply(time.monotonic() + self.startup_timeout_s)
+        except EOFError:
+            reply = None
+        if not reply or not reply.get("ready"):
+            detail = reply.get("error") if reply else self._stderr_tail() or "no reply"
+            self._kill()
+            raise RuntimeError(f"the math-verify grading worker did not start: {detail}")
+
+    def _read_reply(self, deadline: float) -> dict[str, Any] | None:
+        """The worker's next JSON line, or None at the deadline; EOFError if the worker exited."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise EOFError(f"worker exited with code {self._proc.poll()}: {self._stderr_tail()}")
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line)
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")[-2000:].strip()
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and self._owner_pid == os.getpid():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        self._buf = b""
+
+
+def _short(payload: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v[:200]!r}" for k, v in payload.items() if k != "op")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Module-level API on a shared default grader
+# ---------------------------------------------------------------------------------------------------------
+
+_default: Grader | None = None
+_default_lock = threading.Lock()
+
+
+def default_grader() -> Grader:
+    """The process-wide grader used when none is passed (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Grader()
+        return _default
+
+
+def configure(timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16) -> Grader:
+    """Replace the default grader (e.g. a 1 s timeout in tests); returns the new one."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+        _default = Grader(timeout_s=timeout_s, cache_size=cache_size)
+        return _default
+
+
+@atexit.register
+def _close_default() -> None:
+    if _default is not None:
+        _default.close()
+
+
+def is_equivalent(pred: str, gold: str, *, grader: Grader | None = None) -> bool:
+    """Is the predicted answer equivalent to the gold one? `verify(gold, pred)`, gold first (SPEC 2).
+
+    The gold is wrapped in `\\boxed{}` (or `$...$`) so it parses; "016" equals "16"; `\\frac12`,
+    `\\dfrac{1}{2}`, `1/2` and `0.5` are equal; `\\text{}`/`\\mbox{}` wrappers and units are dropped.
+    A timeout is False (counted in `stats()`).
+    """
+    return (grader or default_grader()).check(pred, gold).ok
+
+
+def equivalence_classes(answers: list[str | None], *, grader: Grader | None = None) -> list[int | None]:
+    """Class id per answer, grouping by math equivalence (not raw strings); None stays None."""
+    return (grader or default_grader()).classes(answers)[0]
+
+
+def stats() -> dict[str, int]:
+    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, ..."""
+    return default_grader().stats()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gold answers at data preparation
+# ---------------------------------------------------------------------------------------------------------
+
+
+def gold_answers(gold: Any) -> list[str]:
+    """A gold answer or list of accepted answers as a list of non-empty strings; ValueError otherwise."""
+    items = list(gold) if isinstance(gold, (list, tuple)) else [gold]
+    if not items:
+        raise ValueError("gold answer is an empty list: give at least one accepted answer")
+    out = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise ValueError(f"gold answer {item!r} is a {type(item).__name__}; expected a str or a number")
+        text = str(item).strip()
+        if not text:
+            raise ValueError(f"gold answer {gold!r} contains an empty answer")
+        out.append(text)
+    return out
+
+
+def validate_gold(gold: Any, *, grader: Grader | None = None) -> list[str]:
+    """The accepted answers of `gold` as strings; ValueError naming the answer if one does not parse."""
+    answers = gold_answers(gold)
+    grader = grader or default_grader()
+    for answer in answers:
+        verdict = grader.parses(answer)
+        if not verdict.ok:
+            why = "math-verify timed out on it" if verdict.timed_out else "math-verify extracts nothing from it"
+            raise ValueError(f"gold answer {answer!r} does not parse ({why}); fix or drop it when preparing the data")
+    return answers
+
+
+def validate_gold_rows(
+    rows: Iterable[Mapping[str, Any]], id_key: str = "id", answer_key: str = "answer", *, grader: Grader | None = None
+) -> list[list[str]]:
+    """`validate_gold` for every row; one ValueError listing ALL offending row ids and reasons."""
+    validated: list[list[str]] = []
+    problems: list[str] = []
+    n = 0
+    for n, row in enumerate(rows, start=1):
+        row_id = row.get(id_key, f"<row {n - 1}>")
+        try:
+            validated.append(validate_gold(row[answer_key], grader=grader))
+        except KeyError:
+            problems.append(f"{row_id}: no {answer_key!r} field")
+        except ValueError as err:
+            problems.append(f"{row_id}: {err}")
+    if problems:
+        listing = "\n  ".join(problems)
+        raise ValueError(f"{len(problems)} of {n} rows have unusable gold answers ({id_key}: reason):\n  {listing}")
+    return validated
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The worker process (runs `_worker_main`; imports math-verify, never the caller's code)
+# ---------------------------------------------------------------------------------------------------------
+
+_TEXT_NUMBER = re.compile(r"\\(?:text|mbox|textbf|textrm|mathrm)\{\s*([+-]?\d[\d,.]*)\s*([^{}]*)\}")
+_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*\\?%\s*\})$")
+
+
+def _latex_friendly(text: str) -> str:
+    """Rewrites that math-verify's LaTeX parser needs: `\\text{5 cm}` -> `5\\text{ cm}` (its unit handling
+    applies), `\\text{5}` -> `5`, a trailing percent sign dropped ("50\\%" = 50), `°` -> `^{\\circ}`."""
+
+    def repl(m: re.Match) -> str:
+        unit = m.group(2).strip()
+        return m.group(1) + (f"\\text{{ {unit}}}" if unit else "")
+
+    text = _TEXT_NUMBER.sub(repl, text)
+    text = _TRAILING_PERCENT.sub("", text)
+    return text.replace("°", "^{\\circ}")
+
+
+def _parse_answer(parse: Any, text: str) -> list:
+    """math-verify's parse of a bare answer: as given if it carries math delimiters, else wrapped in
+    `\\boxed{}`, then in `$...$` (e.g. `50\\%` parses only there); the first result holding a sympy object."""
+    text = _latex_friendly(text)
+    candidates = [text] if any(d in text for d in ("$", "\\boxed", "\\(", "\\[")) else []
+    candidates += ["\\boxed{" + text + "}", "$" + text + "$"]
+    fallback: list = []
+    for candidate in candidates:
+        result = parse(candidate, parsing_timeout=None)
+        if any(not isinstance(r, str) for r in result):
+            return result
+        fallback = fallback or result
+    return fallback
+
+
+def _worker_main() -> None:
+    """Serve JSON-line requests on stdin: {"op": "verify", "gold", "pred"} and {"op": "parses", "text"}."""
+    protocol = os.fdopen(os.dup(1), "w", encoding="ascii")
+    os.dup2(2, 1)  # stray prints from libraries go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    logging.disable(logging.CRITICAL)  # math-verify warns that its own timeouts are off: that is the design
+
+    def send(message: dict[str, Any]) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    try:
+        from math_verify import LatexExtractionConfig, verify
+        from math_verify import parse as mv_parse
+    except Exception as err:  # reported to the parent, which raises with this reason
+        send({"ready": False, "error": f"cannot import math_verify: {type(err).__name__}: {err}"})
+        return
+    send({"ready": True})
+    latex_only = [LatexExtractionConfig()]
+
+    def parse(text: str, parsing_timeout: None = None) -> list:
+        # LaTeX extraction only: math-verify's ExprExtractionConfig hands text to sympy's parse_expr (eval)
+        return mv_parse(text, extraction_config=latex_only, parsing_timeout=parsing_timeout)
+
+    cache: OrderedDict[str, list] = OrderedDict()
+
+    def parsed(text: str) -> list:
+        if text in cache:
+            cache.move_to_end(text)
+            return cache[text]
+        result = cache[text] = _parse_answer(parse, text)
+        if len(cache) > _WORKER_PARSE_CACHE:
+            cache.popitem(last=False)
+        return result
+
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            if request["op"] == "verify":
+                gold, pred = parsed(request["gold"]), parsed(request["pred"])
+                # math-verify: verify(gold, target), gold first; timeouts off, the parent enforces its own
+                result = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
+            elif request["op"] == "parses":  # a sympy object, not only math-verify's raw-string fallback
+                result = any(not isinstance(r, str) for r in parsed(request["text"]))
+            else:
+                raise ValueError(f"unknown op {request['op']!r}")
+            send({"result": result})
+        except Exception as err:
+            send({"error": f"{type(err).__name__}: {err}"})

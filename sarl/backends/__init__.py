@@ -1,0 +1,1 @@
+"""Training back ends: they adapt the backend-free reward objects to verl (GPU clusters) and TRL."""

@@ -1,0 +1,1 @@
+"""verl back end: config translation, the reward bridge on DataProto, and the launch."""

@@ -1,0 +1,134 @@
+"""Build verl's trainer config from a composed `conf/train.yaml`.
+
+verl's own packaged Hydra config (`verl.trainer.config/ppo_trainer`) is the schema: it is
+composed first, then every value below is written into it in struct mode, so a misspelt
+or removed key fails here, at composition, not on the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+REWARD_FN_PATH = "pkg://sarl.backends.verl.reward"
+REWARD_FN_NAME = "compute_score"
+
+
+def verl_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any]:
+    """Our config in verl's keys (SARL Tables 6-7 and App. A.3 live in `cfg.train`/`cfg.backend`)."""
+    t, b, a = cfg.train, cfg.backend, cfg.algorithm
+    micro = t.micro_batch_size_per_gpu
+    values: dict[str, Any] = {
+        "algorithm.adv_estimator": a.adv_estimator,
+        "algorithm.use_kl_in_reward": t.use_kl_in_reward,
+        "data.train_files": cfg.data.train_files,
+        "data.val_files": cfg.data.val_files,
+        "data.prompt_key": cfg.data.prompt_key,
+        "data.train_batch_size": t.train_batch_size,
+        "data.max_prompt_length": t.max_prompt_length,
+        "data.max_response_length": t.max_response_length,
+        "data.filter_overlong_prompts": t.filter_overlong_prompts,
+        "data.truncation": t.truncation,
+        "data.shuffle": t.shuffle,
+        "data.seed": cfg.seed,
+        "actor_rollout_ref.model.path": cfg.model.path,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
+        "actor_rollout_ref.model.enable_activation_offload": b.enable_activation_offload,
+        "actor_rollout_ref.actor.strategy": b.strategy,
+        "actor_rollout_ref.actor.optim.lr": t.actor_lr,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": t.ppo_mini_batch_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.use_dynamic_bsz": b.use_dynamic_bsz,
+        "actor_rollout_ref.actor.use_kl_loss": t.use_kl_loss,
+        "actor_rollout_ref.actor.kl_loss_coef": t.kl_loss_coef,
+        "actor_rollout_ref.actor.kl_loss_type": t.kl_loss_type,
+        "actor_rollout_ref.actor.entropy_coeff": t.entropy_coeff,
+        "actor_rollout_ref.actor.clip_ratio_low": t.clip_ratio_low,
+        "actor_rollout_ref.actor.clip_ratio_high": t.clip_ratio_high,
+        "actor_rollout_ref.rollout.name": b.rollout_engine,
+        "actor_rollout_ref.rollout.n": t.rollout_n,
+        "actor_rollout_ref.rollout.temperature": t.temperature,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": b.rollout_gpu_memory_utilization,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "critic.enable": a.use_critic,
+        "critic.strategy": b.strategy,
+        "critic.optim.lr": t.critic_lr,
+        "critic.model.path": cfg.model.path,
+        "critic.model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
+        "critic.model.enable_activation_offload": b.enable_activation_offload,
+        "critic.ppo_micro_batch_size_per_gpu": micro,
+        "reward.custom_reward_function.path": REWARD_FN_PATH,
+        "reward.custom_reward_function.name": REWARD_FN_NAME,
+        "reward.num_workers": b.reward_num_workers,
+        "trainer.critic_warmup": t.critic_warmup,
+        "trainer.total_epochs": t.total_epochs,
+        "trainer.save_freq": t.save_freq,
+        "trainer.test_freq": t.test_freq,
+        "trainer.nnodes": t.nnodes,
+        "trainer.n_gpus_per_node": t.n_gpus_per_node,
+        "trainer.logger": list(cfg.logger.backends),
+        "trainer.project_name": cfg.logger.project,
+        "trainer.experiment_name": experiment,
+        "trainer.default_local_dir": f"{run_dir}/checkpoints",
+        "trainer.resume_mode": "auto",
+    }
+    if cfg.model.tokenizer_path:
+        values["actor_rollout_ref.model.tokenizer_path"] = cfg.model.tokenizer_path
+    values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
+    return values
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}, "c.d": 2} -> {"a.b": 1, "c.d": 2}: every override names one leaf key."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def compose_verl_base() -> DictConfig:
+    """verl's packaged `ppo_trainer` config, composed by Hydra exactly as `verl.trainer.main_ppo` does."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        raise RuntimeError("compose_verl_base must run outside another Hydra context")
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose("ppo_trainer")
+
+
+def build_verl_config(cfg: DictConfig, reward_cfg: dict, run_dir: str, experiment: str) -> DictConfig:
+    """verl's trainer config with our values; `reward_cfg` (the resolved reward node) travels
+    to verl's reward workers as `reward.custom_reward_function.reward_kwargs`."""
+    base = compose_verl_base()
+    OmegaConf.set_struct(base, True)
+    for key, value in verl_values(cfg, run_dir, experiment).items():
+        try:
+            OmegaConf.update(base, key, value, merge=False)
+        except Exception as err:  # omegaconf raises several error types for a missing key
+            raise KeyError(
+                f"verl {cfg.backend.version} has no config key {key!r} ({err.__class__.__name__}); "
+                "fix conf/backend/verl.yaml overrides or sarl/backends/verl/config.py"
+            ) from err
+    with read_write(base.reward.custom_reward_function), open_dict(base.reward.custom_reward_function):
+        base.reward.custom_reward_function.reward_kwargs = {"reward": reward_cfg}
+    return base
+
+
+def validate_verl_config(config: DictConfig) -> None:
+    """verl's own checks (`verl.utils.config.validate_config`), with its prints sent to stderr."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    with contextlib.redirect_stdout(sys.stderr):
+        validate_config(
+            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+        )

@@ -1,0 +1,255 @@
+"""Train a policy with a reward from conf/: one command per row of the SARL paper.
+
+    python -m sarl.train +exp=grpo_sarl_math
+    python -m sarl.train +exp=grpo_sarl_math train.dry_run=true    # verl config on stdout, command on stderr
+    python -m sarl.train algorithm=ppo reward=sarl_c_only data=aime_1983_2024
+
+The config is composed with Hydra's compose API (so that verl's own packaged config can be
+composed afterwards as the schema of the backend config); arguments are Hydra overrides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger("sarl.train")
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+VERL_CONFIG_NAME = "verl_trainer"
+
+
+class NotLandedError(RuntimeError):
+    """A config that composes but names a part the project does not have yet."""
+
+
+def compose_train_config(overrides: list[str]) -> tuple[DictConfig, dict[str, Any]]:
+    """conf/train.yaml with the given Hydra overrides, and the chosen option of every group."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_train"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    cfg.paths.root = str(Path(cfg.paths.root).resolve())
+    return cfg, choices
+
+
+def experiment_name(choices: dict[str, Any]) -> str:
+    """The exp file's name, else <algorithm>_<reward>_<data>."""
+    return choices.get("exp") or f"{choices['algorithm']}_{choices['reward']}_{choices['data']}"
+
+
+def resolve_run_dir(
+    cfg: DictConfig, experiment: str, env: dict[str, str] | None = None, now: dt.datetime | None = None
+) -> Path:
+    """A directory no other job shares: date and time, plus the SLURM job id under SLURM.
+    A requeued SLURM job finds its own directory again (same job id) and resumes from it."""
+    env = os.environ if env is None else env
+    if cfg.run_dir:
+        return Path(cfg.run_dir).resolve()
+    base = Path(cfg.paths.runs_dir) / experiment
+    job = env.get("SLURM_JOB_ID")
+    if job:
+        existing = sorted(base.glob(f"*_j{job}")) if base.exists() else []
+        if existing:
+            return existing[-1]
+    stamp = (now or dt.datetime.now()).strftime("%Y-%m-%d_%H-%M-%S")
+    return base / (f"{stamp}_j{job}" if job else stamp)
+
+
+def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
+    """Fail at once, with a message, for a row whose reward, algorithm or backend is not here yet."""
+    from hydra.utils import get_class
+
+    backend, algorithm = cfg.backend.name, cfg.algorithm.name
+    if backend == "trl":
+        raise NotLandedError("backend=trl has not landed yet (the TRL back end); run with backend=verl on GPUs")
+    if algorithm == "dpo":
+        raise NotLandedError(
+            "algorithm=dpo is not a verl trainer: it runs on backend=trl (TRL's DPOTrainer), which has not landed yet"
+        )
+    target = cfg.reward.get("_target_")
+    try:
+        reward_cls = get_class(target)
+    except Exception as err:
+        raise NotLandedError(f"reward '{choices['reward']}' ({target}) has not landed yet: {err}") from err
+    if backend == "verl" and getattr(reward_cls, "group_reward", False):
+        raise NotLandedError(
+            f"reward '{choices['reward']}' is a group reward; the verl trainer hook that feeds it "
+            "whole groups (sarl.backends.verl.reward.reward_dataproto) is not wired into a trainer "
+            "yet, so it cannot train on verl"
+        )
+
+
+def launch_command(run_dir: Path) -> list[str]:
+    """verl's own entry point on the config file this run wrote."""
+    return [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(run_dir),
+        "--config-name",
+        VERL_CONFIG_NAME,
+    ]
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("sarl", "verl", "vllm", "torch", "transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def git_commit() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def wandb_offline_unless_logged_in(env: dict[str, str]) -> None:
+    """WANDB_MODE=offline when there is no API key (env or ~/.netrc)."""
+    netrc = Path.home() / ".netrc"
+    has_key = bool(env.get("WANDB_API_KEY")) or (netrc.exists() and "api.wandb.ai" in netrc.read_text())
+    if not has_key and "WANDB_MODE" not in env:
+        env["WANDB_MODE"] = "offline"
+        log.info("no W&B API key: WANDB_MODE=offline")
+
+
+@contextlib.contextmanager
+def embedding_server_for(cfg: DictConfig, reward_cfg: dict) -> Iterator[None]:
+    """Start the standalone embedding server when the reward's embedder asks for url "auto";
+    stop it (by its process id) when the run ends, fails or is interrupted."""
+    embedder = reward_cfg.get("embedder") or {}
+    if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder" or embedder.get("url") != "auto":
+        yield
+        return
+    from sarl.embed.server import EmbeddingServer
+
+    s = cfg.embedding_server
+    server = EmbeddingServer(
+        s.model,
+        served_name=embedder.get("model"),
+        python=s.python or sys.executable,
+        port=s.port,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        extra_args=list(s.extra_args),
+        startup_timeout_s=s.startup_timeout_s,
+    )
+    with server:
+        embedder["url"] = server.url
+        yield
+
+
+def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
+    from sarl.backends.verl.config import build_verl_config, validate_verl_config
+
+    experiment = experiment_name(choices)
+    check_landed(cfg, choices)
+    run_dir = resolve_run_dir(cfg, experiment)
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment)
+    validate_verl_config(verl_cfg)
+    cmd = launch_command(run_dir)
+    if cfg.train.dry_run:
+        sys.stdout.write(OmegaConf.to_yaml(verl_cfg))
+        sys.stderr.write(shlex.join(cmd) + "\n")
+        return 0
+    for name in ("train_files", "val_files"):
+        path = Path(str(cfg.data[name]))
+        if not path.exists():
+            raise FileNotFoundError(f"data.{name} = {path} does not exist; prepare the '{cfg.data.name}' set first")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "experiment": experiment,
+        "choices": choices,
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "command": sys.argv,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    env = dict(os.environ)
+    wandb_offline_unless_logged_in(env)
+    env.setdefault("WANDB_RUN_ID", f"{experiment}-{run_dir.name}".replace("/", "-"))
+    env.setdefault("WANDB_RESUME", "allow")  # a restarted run continues the same W&B run
+    with embedding_server_for(cfg, reward_cfg):
+        verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment)  # with the server's URL
+        (run_dir / f"{VERL_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(verl_cfg))
+        if "wandb" in cfg.logger.backends:
+            _wandb_record(cfg, meta, run_dir, env)
+        log.info("launching: %s", shlex.join(cmd))
+        proc = subprocess.Popen(cmd, cwd=run_dir, env=env, start_new_session=True)
+        try:
+            return proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+            raise
+
+
+def _wandb_record(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]) -> None:
+    """Send the resolved config, commit and versions to the W&B run that verl will then log to."""
+    import wandb
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched_environ(env))
+        w = wandb.init(
+            id=env["WANDB_RUN_ID"],
+            resume="allow",
+            project=cfg.logger.project,
+            entity=cfg.logger.entity,
+            dir=str(run_dir),
+            config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
+        )
+        w.save(str(run_dir / "config.yaml"), base_path=str(run_dir), policy="now")
+        w.save(str(run_dir / "meta.json"), base_path=str(run_dir), policy="now")
+        w.finish()
+
+
+@contextlib.contextmanager
+def _patched_environ(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    cfg, choices = compose_train_config(overrides)
+    try:
+        return run(cfg, choices)
+    except NotLandedError as err:
+        log.error("%s", err)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Answer extraction, math equivalence, equivalence classes, timeouts and gold validation (eval.grading)."""
+
+import random
+import threading
+import time
+
+import pytest
+
+from eval import grading
+from eval.grading import (
+    Grader,
+    equivalence_classes,
+    extract_answer,
+    is_equivalent,
+    validate_gold,
+    validate_gold_rows,
+)
+
+PATHOLOGICAL = "9^{9^{9}}"  # sympy tries to build a 370-million-digit integer: never finishes
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("so the answer is \\boxed{42}.", "42"),
+        ("\\boxed{1} then \\boxed{2}", "2"),  # the last one
+        ("<think>maybe \\boxed{3}</think>The answer is \\boxed{4}", "4"),
+        ("<think>only here \\boxed{3}</think>no box after thinking", None),  # thinking is stripped
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),  # nested braces
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are not grouping
+        ("$\\boxed 5$", "5"),  # \boxed without braces
+        ("\\fbox{7}", "7"),
+        ("\\boxed{7} and a truncated \\boxed{12", "7"),  # the last well-formed one
+        ("\\boxed{}", None),
+        ("no answer here", None),
+        ("\\boxedx{3}", None),  # another command
+        (None, None),
+    ],
+)
+def test_extract_answer(text, answer):
+    assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("16", "016"),  # AIME leading zeros
+        ("016", "16"),
+        ("\\frac12", "0.5"),
+        ("0.5", "\\frac{1}{2}"),
+        ("1/2", "\\dfrac{1}{2}"),
+        ("\\dfrac{1}{2}", "1/2"),
+        ("5\\text{ cm}", "5"),  # units
+        ("\\text{5 cm}", "5"),
+        ("\\mbox{5}", "5"),
+        ("\\text{(A)}", "A"),
+        ("x = 5", "5"),
+        ("5", "x = 5"),
+        ("50\\%", "50"),  # percent
+        ("50", "50\\%"),
+        ("30^\\circ", "30"),  # degrees
+        ("30°", "30"),
+        ("\\sqrt2", "\\sqrt{2}"),
+        ("1+x^2", "x^2+1"),
+        ("1,000", "1000"),
+        ("\\{2, 1\\}", "\\{1, 2\\}"),
+    ],
+)
+def test_equivalent_answers(pred, gold, grader):
+    assert grader.check(pred, gold).ok
+    assert is_equivalent(pred, gold, grader=grader)
+
+
+@pytest.mark.parametrize(
+    "pred, gold",
+    [("2", "3"), ("17", "016"), ("B", "A"), ("(1,2)", "(2,1)"), ("0.5", "50\\%"), ("", "5"), ("5", "")],
+)
+def test_different_answers(pred, gold, grader):
+    assert not grader.check(pred, gold).ok
+
+
+def test_gold_goes_first(monkeypatch, grader):
+    """verify(gold, pred): the worker receives the gold as `gold` (math-verify is not symmetric)."""
+    sent = []
+    real_ask = Grader._ask
+    monkeypatch.setattr(Grader, "_ask", lambda self, payload: sent.append(payload) or real_ask(self, payload))
+    grader.check("\\frac{3}{4}", "0.75")
+    assert sent == [{"op": "verify", "gold": "0.75", "pred": "\\frac{3}{4}"}]
+
+
+def test_fast_path_and_cache(grader):
+    before = grader.stats()
+    assert grader.check("0042", "42").ok and not grader.check("41", "42").ok
+    assert grader.check("\\frac{7}{9}", "\\frac{7}{9}").ok  # equal strings
+    mid = grader.stats()
+    assert mid.get("worker_calls", 0) == before.get("worker_calls", 0)
+    assert mid["fast_path"] == before.get("fast_path", 0) + 3
+    for _ in range(3):
+        assert grader.check("\\frac{14}{18}", "\\frac{7}{9}").ok
+    after = grader.stats()
+    assert after["worker_calls"] == mid.get("worker_calls", 0) + 1
+    assert after["cache_hits"] == mid.get("cache_hits", 0) + 2
+
+
+def test_model_text_is_never_evaluated(tmp_path, grader):
+    sentinel = tmp_path / "pwned"
+    pred = f"__import__('pathlib').Path({str(sentinel)!r}).touch()"
+    assert not grader.check(pred, "5").ok
+    assert not grader.check(f"1+{pred}", "5").ok
+    assert not sentinel.exists()
+
+
+def test_equal_answers_vote_together(grader):
+    answers = ["\\frac12", "0.5", "1/2", None, "016", "16", "\\dfrac{1}{2}", "3", ""]
+    labels = equivalence_classes(answers, grader=grader)
+    assert labels == [0, 0, 0, None, 1, 1, 0, 2, None]
+
+
+def test_classes_do_not_depend_on_order(grader):
+    answers = ["\\frac{2}{4}", "0.5", "1/2", "2", "02", "\\sqrt{4}", "x", "4/2", None]
+    labels, reps = grader.classes(answers)
+    partition = {frozenset(a for a, c in zip(answers, labels) if c == k) for k in set(labels) - {None}}
+    for seed in range(5):
+        shuffled = answers[:]
+        random.Random(seed).shuffle(shuffled)
+        labels2, reps2 = grader.classes(shuffled)
+        assert {frozenset(a for a, c in zip(shuffled, labels2) if c == k) for k in set(labels2) - {None}} == partition
+        assert sorted(reps2) == sorted(reps)  # same representatives
+
+
+def test_timeout_is_counted_and_does_not_hang():
+    g = Grader(timeout_s=1.0)
+    try:
+        assert g.check("1/2", "0.5").ok  # worker up
+        start = time.monotonic()
+        verdict = g.check(PATHOLOGICAL, "5")
+        assert time.monotonic() - start < 10
+        assert verdict == grading.Verdict(False, timed_out=True)
+        assert g.stats()["timeouts"] == 1
+        assert g.check(PATHOLOGICAL, "5").timed_out  # cached: no second wait
+        assert g.stats()["timeouts"] == 1
+        assert g.check("\\frac{3}{6}", "0.5").ok  # a fresh worker took over
+        assert g.stats()["worker_starts"] == 2
+    finally:
+        g.close()
+
+
+def test_timeout_works_off_the_main_thread():
+    g = Grader(timeout_s=1.0)
+    results = []
+
+    def work():
+        results.append(g.check("9^{9^{9^{9}}}", "7"))
+        results.append(g.check("0.25", "\\frac14"))
+
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert results == [grading.Verdict(False, timed_out=True), grading.Verdict(True)]
+        assert g.stats()["timeouts"] == 1
+    finally:
+        g.close()
+
+
+def test_module_level_api_uses_the_configured_grader():
+    g = grading.configure(timeout_s=1.0)
+    try:
+        assert grading.default_grader() is g
+        assert not is_equivalent("9^{9^{9^{9^{9}}}}", "3")
+        assert grading.stats()["timeouts"] == 1
+        assert equivalence_classes(["1/2", "0.5", "2"]) == [0, 0, 1]
+    finally:
+        grading.configure()  # back to the default timeout
+
+
+def test_validate_gold(grader):
+    assert validate_gold("016", grader=grader) == ["016"]
+    assert validate_gold(16, grader=grader) == ["16"]
+    assert validate_gold(["80", " 81 "], grader=grader) == ["80", "81"]
+    assert validate_gold("\\frac{\\pi}{2}", grader=grader) == ["\\frac{\\pi}{2}"]
+    for bad, message in [
+        (None, "NoneType"),
+        ([], "empty list"),
+        ("", "empty answer"),
+        (True, "bool"),
+        ("?", "'\\?' does not parse"),
+        ("{", "'\\{' does not parse"),
+        (["5", "\\frac{"], "does not parse"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            validate_gold(bad, grader=grader)
+
+
+def test_validate_gold_rows_reports_every_bad_row(grader):
+    rows = [
+        {"id": "a", "answer": "12"},
+        {"id": "b", "answer": "?"},
+        {"id": "c"},
+        {"id": "d", "answer": None},
+        {"id": "e", "answer": ["1", "2"]},
+    ]
+    with pytest.raises(ValueError) as err:
+        validate_gold_rows(rows, grader=grader)
+    message = str(err.value)
+    assert message.startswith("3 of 5 rows")
+    assert all(f"\n  {row_id}:" in message for row_id in "bcd") and "\n  a:" not in message
+    assert validate_gold_rows([rows[0], rows[4]], grader=grader) == [["12"], ["1", "2"]]

@@ -1,0 +1,252 @@
+"""Every config group option and every paper row composes; the verl config built from each
+row validates against the pinned verl's own schema and carries SARL Tables 6-7 exactly."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+
+from sarl.train import (
+    CONF_DIR,
+    NotLandedError,
+    check_landed,
+    compose_train_config,
+    experiment_name,
+    resolve_run_dir,
+)
+
+pytest.importorskip("verl")
+from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
+
+GROUPS = ["model", "algorithm", "reward", "embedding", "data", "backend", "launcher", "logger", "paths"]
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
+PAPER_ROWS = {
+    "ppo_gt_math",
+    "ppo_sarl_math",
+    "grpo_gt_math",
+    "grpo_empo_math",
+    "grpo_ttrl_math",
+    "grpo_sarl_math",
+    "dpo_open",
+    "ppo_sarl_open",
+    "grpo_empo_open",
+    "grpo_sarl_open",
+    "grpo_sarl_c_only_math",
+    "grpo_sarl_l_only_math",
+}
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_every_paper_row_has_an_experiment():
+    assert PAPER_ROWS <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_group_option_composes(group, option):
+    overrides = [f"{group}={option}"]
+    if group == "embedding" and option == "policy_hidden":
+        overrides.append("embedding.model=/path/to/policy")
+    cfg, choices = compose_train_config(overrides)
+    assert choices[group] == option
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(MissingConfigException) as err:
+        compose_train_config(["reward=sarl_c"])
+    for name in ("sarl", "sarl_c_only", "sarl_l_only"):
+        assert name in str(err.value)
+
+
+def verl_config_for(exp, tmp_path, model_dir):
+    """The row's verl config, validated by verl; the policy is a local tiny checkpoint because
+    verl's validation loads the model config and there is no hub here."""
+    cfg, choices = compose_train_config([f"+exp={exp}", f"model.path={model_dir}"])
+    check_landed(cfg, choices)
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
+    validate_verl_config(vcfg)
+    return cfg, vcfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_not(exp, tmp_path, tiny_qwen3_dir):
+    cfg, choices = compose_train_config([f"+exp={exp}"])
+    assert experiment_name(choices) == exp
+    try:
+        check_landed(cfg, choices)
+    except NotLandedError as err:
+        assert "not" in str(err) and len(str(err)) > 40
+        return
+    assert cfg.model.path == "Qwen/Qwen3-4B"
+    _, vcfg = verl_config_for(exp, tmp_path, tiny_qwen3_dir)
+    assert vcfg.trainer.experiment_name == exp
+
+
+def assert_tables_6_7(v, math: bool, model_dir: str):
+    a, r, d, t = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout, v.data, v.trainer
+    assert r.n == 8 and d.train_batch_size == 256 and a.ppo_mini_batch_size == 256
+    assert a.ppo_micro_batch_size_per_gpu == 32 and v.critic.ppo_micro_batch_size_per_gpu == 32
+    assert a.optim.lr == 1e-6 and v.critic.optim.lr == 1e-5
+    assert d.max_prompt_length == 1024 and d.max_response_length == (8192 if math else 4096)
+    assert d.filter_overlong_prompts is True and d.truncation == "error" and d.shuffle is False
+    assert a.use_kl_loss is True and a.kl_loss_coef == 0.001 and a.kl_loss_type == "low_var_kl"
+    assert a.entropy_coeff == 0 and v.algorithm.use_kl_in_reward is False and t.critic_warmup == 0
+    assert t.total_epochs == (15 if math else 5) and t.save_freq == 20 and t.test_freq == 5
+    assert a.strategy == "fsdp2" and a.use_dynamic_bsz is True
+    assert v.actor_rollout_ref.model.enable_gradient_checkpointing is True
+    assert v.actor_rollout_ref.model.enable_activation_offload is True
+    assert r.gpu_memory_utilization == 0.7 and r.name == "vllm"
+    assert t.nnodes == 1 and t.n_gpus_per_node == 8 and t.resume_mode == "auto"
+    assert v.actor_rollout_ref.model.path == model_dir and v.critic.model.path == model_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "exp,math,adv,clustering",
+    [
+        ("grpo_sarl_math", True, "grpo", "kmeans"),
+        ("ppo_sarl_math", True, "gae", "kmeans"),
+        ("grpo_sarl_open", False, "grpo", "hdbscan"),
+        ("ppo_sarl_open", False, "gae", "hdbscan"),
+        ("grpo_sarl_c_only_math", True, "grpo", "kmeans"),
+    ],
+)
+def test_paper_hyperparameters(exp, math, adv, clustering, tmp_path, tiny_qwen3_dir):
+    cfg, v = verl_config_for(exp, tmp_path, tiny_qwen3_dir)
+    assert_tables_6_7(v, math, tiny_qwen3_dir)
+    assert v.algorithm.adv_estimator == adv
+    assert v.critic.enable is (adv == "gae")
+    fn = v.reward.custom_reward_function
+    assert fn.path == "pkg://sarl.backends.verl.reward" and fn.name == "compute_score"
+    rew = fn.reward_kwargs.reward
+    assert rew.clustering == clustering and rew.embedder.model == "Qwen/Qwen3-Embedding-0.6B"
+    assert cfg.embedding_server.gpu_memory_utilization == 0.05
+    assert v.trainer.default_local_dir == f"{tmp_path}/checkpoints"
+
+
+@pytest.mark.slow
+def test_misspelt_backend_override_fails_at_composition(tmp_path):
+    cfg, choices = compose_train_config(
+        ["+exp=grpo_sarl_math", "+backend.overrides.actor_rollout_ref.actor.clip_ratio_hi=0.28"]
+    )
+    with pytest.raises(KeyError, match="clip_ratio_hi"):
+        build_verl_config(cfg, {}, str(tmp_path), "x")
+    cfg, _ = compose_train_config(
+        ["+exp=grpo_sarl_math", "+backend.overrides.actor_rollout_ref.actor.clip_ratio_high=0.28"]
+    )
+    assert build_verl_config(cfg, {}, str(tmp_path), "x").actor_rollout_ref.actor.clip_ratio_high == 0.28
+
+
+def test_dpo_row_says_it_needs_trl():
+    cfg, choices = compose_train_config(["+exp=dpo_open"])
+    with pytest.raises(NotLandedError, match="trl"):
+        check_landed(cfg, choices)
+
+
+def test_run_dir_has_date_time_and_slurm_job_and_is_found_again_on_requeue(tmp_path):
+    import datetime as dt
+
+    cfg, _ = compose_train_config([f"paths.root={tmp_path}"])
+    now = dt.datetime(2026, 11, 21, 9, 30, 5)
+    local = resolve_run_dir(cfg, "grpo_sarl_math", env={}, now=now)
+    assert local == tmp_path / "runs" / "grpo_sarl_math" / "2026-11-21_09-30-05"
+    first = resolve_run_dir(cfg, "grpo_sarl_math", env={"SLURM_JOB_ID": "4242"}, now=now)
+    assert first.name == "2026-11-21_09-30-05_j4242"
+    first.mkdir(parents=True)
+    later = resolve_run_dir(cfg, "grpo_sarl_math", env={"SLURM_JOB_ID": "4242"}, now=now + dt.timedelta(hours=3))
+    assert later == first  # the requeued job resumes in its own directory
+
+
+@pytest.mark.slow
+def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", "+exp=grpo_sarl_math", "train.dry_run=true", f"paths.root={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    v = yaml.safe_load(proc.stdout)  # stdout is YAML and nothing else
+    assert v["actor_rollout_ref"]["rollout"]["n"] == 8 and v["algorithm"]["adv_estimator"] == "grpo"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "-m verl.trainer.main_ppo --config-path" in last and "--config-name verl_trainer" in last
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    from sarl.train import main
+
+    cfg_args = ["+exp=grpo_sarl_math", f"paths.root={tmp_path}"]
+    with pytest.raises(FileNotFoundError, match="prepare the 'aime_1983_2024' set"):
+        main(cfg_args)
+    assert not Path(tmp_path / "runs").exists()
+
+
+FAKE_VLLM = r"""
+import argparse, json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+ap = argparse.ArgumentParser(); ap.add_argument("-m"); ap.add_argument("--port", type=int); ap.add_argument("--host")
+args, _ = ap.parse_known_args()
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        data = [{"index": i, "embedding": [1.0 + len(t), 2.0, 3.0]} for i, t in enumerate(body["input"])]
+        out = json.dumps({"data": data}).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
+print("fake vllm on", args.port, flush=True)
+HTTPServer((args.host, args.port), H).serve_forever()
+"""
+
+
+def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
+    """embedding=vllm_server with url "auto": the server is started as a child, health-checked,
+    its URL handed to the reward, and stopped afterwards (a stand-in for vLLM speaks the same HTTP)."""
+    import os
+
+    from hydra.utils import instantiate
+
+    from sarl.train import embedding_server_for
+
+    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM)
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_vllm.py"} "$@"\n')
+    fake_python.chmod(0o755)
+    cfg, _ = compose_train_config(
+        [
+            "embedding=vllm_server",
+            f"embedding_server.python={fake_python}",
+            "embedding_server.startup_timeout_s=60",
+            "embedding.dim=3",
+        ]
+    )
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    assert reward_cfg["embedder"]["url"] == "auto"
+    with embedding_server_for(cfg, reward_cfg):
+        url = reward_cfg["embedder"]["url"]
+        assert url.startswith("http://127.0.0.1:")
+        reward = instantiate(reward_cfg)
+        (out,) = reward(
+            __import__("sarl.interface", fromlist=["x"]).RolloutBatch.from_responses(["<think>a\n\nbb</think>"])
+        )
+        assert out.failed is None and out.diagnostics["n_steps"] == 2
+        pids = [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit() and b"fake_vllm.py" in open(f"/proc/{p}/cmdline", "rb").read()
+        ]
+        assert pids
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
