@@ -23,8 +23,8 @@ from collections import Counter
 
 import numpy as np
 
-from eval.grading import Grader, default_grader, extract_answer
-from sarl.embed.base import Embedder
+from eval.grading import Grader, default_grader, extract_answers
+from sarl.embed.base import Embedder, embed_rows
 from sarl.interface import RewardOutput, RolloutBatch
 from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
@@ -103,17 +103,12 @@ class EMPOReward:
         self.failure_counts: Counter[str] = Counter()
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
-        failed: dict[int, str] = {
-            i: f"unusable response: a {type(r).__name__}, not a str"
-            for i, r in enumerate(batch.responses)
-            if not isinstance(r, str)
-        }
-        if self.mode == "math":
-            answers = [extract_answer(r) if i not in failed else None for i, r in enumerate(batch.responses)]
-            vectors = None
-        else:
+        answers, failed = extract_answers(batch.responses)
+        vectors = None
+        if self.mode != "math":
             answers = [final_answer_text(r) if i not in failed else None for i, r in enumerate(batch.responses)]
-            vectors = self._embed(answers, failed)
+            texts = {i: sanitize(a)[0] for i, a in enumerate(answers) if a is not None and i not in failed}
+            vectors = embed_rows(self.embedder, texts, len(answers), failed)
         out: list[RewardOutput | None] = [None] * len(batch)
         for rows in batch.groups().values():
             answered = [i for i in rows if answers[i] is not None and i not in failed]
@@ -149,22 +144,3 @@ class EMPOReward:
         else:
             labels = single_linkage_clusters(vectors[rows].astype(np.float64), self.threshold)
         return dict(zip(rows, labels))
-
-    def _embed(self, answers: list[str | None], failed: dict[int, str]) -> np.ndarray | None:
-        """Unit embeddings of the final answers; rows that cannot be embedded are added to `failed`."""
-        todo = [i for i, a in enumerate(answers) if a is not None and i not in failed]
-        if not todo:
-            return None
-        try:
-            result = self.embedder.embed([sanitize(answers[i])[0] for i in todo])
-        except Exception as err:  # an embedder crash fails the answers, not the run
-            log.exception("embedder %s failed on %d answers", type(self.embedder).__name__, len(todo))
-            failed.update({i: f"embedding error: {type(err).__name__}: {err}" for i in todo})
-            return None
-        vectors = np.full((len(answers), result.vectors.shape[1]), np.nan)
-        for k, i in enumerate(todo):
-            if k in result.failed:
-                failed[i] = result.failed[k]
-            else:
-                vectors[i] = result.vectors[k]
-        return vectors

@@ -28,8 +28,8 @@ from collections import Counter
 import numpy as np
 
 from baselines.ttrl import majority_vote
-from eval.grading import Grader, default_grader, extract_answer
-from sarl.embed.base import Embedder
+from eval.grading import Grader, default_grader, extract_answers
+from sarl.embed.base import Embedder, embed_rows
 from sarl.interface import RewardOutput, RolloutBatch
 from sarl.steps import extract_reasoning, sanitize
 
@@ -116,14 +116,11 @@ class EvolRLReward:
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
-        failed: dict[int, str] = {
-            i: f"unusable response: a {type(r).__name__}, not a str"
-            for i, r in enumerate(batch.responses)
-            if not isinstance(r, str)
-        }
-        answers = [extract_answer(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+        answers, failed = extract_answers(batch.responses)
         valid = [is_valid_answer(a) for a in answers]
-        vectors = self._embed(batch.responses, valid, failed)
+        # the reasoning of each valid response is embedded (App. B.2)
+        texts = {i: reasoning_text(batch.responses[i]) for i, ok in enumerate(valid) if ok}
+        vectors = embed_rows(self.embedder, texts, len(batch), failed)
         out: list[RewardOutput | None] = [None] * len(batch)
         for rows in batch.groups().values():
             vote = majority_vote([answers[i] if valid[i] else None for i in rows], grader)
@@ -151,22 +148,3 @@ class EvolRLReward:
         for reason in failed.values():
             self.failure_counts[reason.split(":")[0]] += 1
         return out  # type: ignore[return-value]
-
-    def _embed(self, responses: list, valid: list[bool], failed: dict[int, str]) -> np.ndarray | None:
-        """Unit embeddings of the valid responses' reasoning; rows that fail are added to `failed`."""
-        todo = [i for i, ok in enumerate(valid) if ok]
-        if not todo:
-            return None
-        try:
-            result = self.embedder.embed([reasoning_text(responses[i]) for i in todo])
-        except Exception as err:  # an embedder crash fails the responses' novelty, not the run
-            log.exception("embedder %s failed on %d responses", type(self.embedder).__name__, len(todo))
-            failed.update({i: f"embedding error: {type(err).__name__}: {err}" for i in todo})
-            return None
-        vectors = np.full((len(responses), result.vectors.shape[1]), np.nan)
-        for k, i in enumerate(todo):
-            if k in result.failed:
-                failed[i] = result.failed[k]
-            else:
-                vectors[i] = result.vectors[k]
-        return vectors

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from eval.grading import Grader, default_grader, extract_answer, gold_answers
+from eval.grading import Grader, default_grader, extract_answers, gold_answers
 from sarl.interface import RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -113,12 +113,7 @@ class TTRLReward:
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
-        failed: dict[int, str] = {
-            i: f"unusable response: a {type(r).__name__}, not a str"
-            for i, r in enumerate(batch.responses)
-            if not isinstance(r, str)
-        }
-        answers = [extract_answer(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+        answers, failed = extract_answers(batch.responses)
         out: list[RewardOutput | None] = [None] * len(batch)
         mismatched = 0
         for rows in batch.groups().values():

@@ -532,3 +532,13 @@ def _worker_main() -> None:
             send({"result": result})
         except Exception as err:
             send({"error": f"{type(err).__name__}: {err}"})
+
+
+def extract_answers(responses: Sequence[object]) -> tuple[list[str | None], dict[int, str]]:
+    """`extract_answer` of every response, and row -> reason for responses that are not text."""
+    failed = {
+        i: f"unusable response: a {type(r).__name__}, not a str"
+        for i, r in enumerate(responses)
+        if not isinstance(r, str)
+    }
+    return [None if i in failed else extract_answer(r) for i, r in enumerate(responses)], failed

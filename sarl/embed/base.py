@@ -102,3 +102,27 @@ class Embedder(ABC):
         if norm <= self.norm_eps:
             return None, "zero embedding: the vector has norm 0"
         return (v / norm).astype(np.float32), None
+
+
+def embed_rows(embedder: Embedder, texts: dict[int, str], n_rows: int, failed: dict[int, str]) -> np.ndarray | None:
+    """Unit embeddings of some rows of a batch (row -> text) as an (n_rows, d) array, NaN elsewhere.
+
+    Rows whose text cannot be embedded are added to `failed` with the reason; an embedder
+    crash fails all of them and returns None. Never invents a vector.
+    """
+    rows = list(texts)
+    if not rows:
+        return None
+    try:
+        result = embedder.embed([texts[i] for i in rows])
+    except Exception as err:  # an embedder crash fails these rows, not the run
+        log.exception("embedder %s failed on %d texts", type(embedder).__name__, len(rows))
+        failed.update({i: f"embedding error: {type(err).__name__}: {err}" for i in rows})
+        return None
+    vectors = np.full((n_rows, result.vectors.shape[1]), np.nan)
+    for k, i in enumerate(rows):
+        if k in result.failed:
+            failed[i] = result.failed[k]
+        else:
+            vectors[i] = result.vectors[k]
+    return vectors

@@ -130,6 +130,11 @@ class HTTPEmbedder(Embedder):
             raise ValueError("timeout_s must be > 0, backoff_s and backoff_max_s >= 0")
         if max_chars is not None and max_chars < 1:
             raise ValueError("max_chars must be >= 1 or None")
+        if not str(url).startswith(("http://", "https://")):
+            raise ValueError(
+                f"embedding url {url!r} is not an http(s) URL; give embedding.url=http://HOST:PORT "
+                "(url 'auto' is resolved by sarl.train, which starts the server itself)"
+            )
         self.base_url = _base_url(url)
         self.endpoint = f"{self.base_url}/v1/embeddings"
         self.model = model

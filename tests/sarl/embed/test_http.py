@@ -392,3 +392,8 @@ def test_vllm_over_long_input(vllm_server, minilm_dir):
     ref = SentenceTransformer(minilm_dir, device="cpu").encode(texts, normalize_embeddings=True)
     cos = np.sum(res.vectors * ref, axis=1)
     assert (cos > 0.99).all(), cos
+
+
+def test_url_must_be_http():
+    with pytest.raises(ValueError, match="auto"):
+        HTTPEmbedder(url="auto", model="m")
