@@ -176,6 +176,11 @@ def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
         sys.stdout.write(OmegaConf.to_yaml(verl_cfg))
         sys.stderr.write(shlex.join(cmd) + "\n")
         return 0
+    try:
+        import verl.trainer.main_ppo  # noqa: F401  (the entry point the run launches)
+    except ImportError as err:
+        raise NotLandedError(f"verl's trainer cannot be imported here ({err}); on a GPU node install the "
+                             "cluster stack with `pip install -e .[gpu]`") from err
     for name in ("train_files", "val_files"):
         path = Path(str(cfg.data[name]))
         if not path.exists():
