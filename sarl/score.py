@@ -77,7 +77,7 @@ def main(cfg: DictConfig) -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     table = Table(title=f"Structure reward ({reward.variant}, {reward.clustering}) on {len(rows)} responses")
     for col in ("id", "score", "SR", "C", "L", "steps", "nodes", "edges", "flags"):
-        table.add_column(col, justify="left" if col in ("id", "flags") else "right")
+        table.add_column(col, justify="left" if col in ("id", "flags") else "right", overflow="fold")
     tmp = out_path.with_suffix(out_path.suffix + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for row, a in zip(rows, analyses):
@@ -118,7 +118,7 @@ def main(cfg: DictConfig) -> None:
 
                 plot_reasoning_map(a.steps, a.labels, png, title=title)
     tmp.replace(out_path)
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     console.print(table)
     scores = [a.output.score for a in analyses if not a.output.failed]
     n_failed = sum(1 for a in analyses if a.output.failed)
