@@ -179,8 +179,10 @@ def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
     try:
         import verl.trainer.main_ppo  # noqa: F401  (the entry point the run launches)
     except ImportError as err:
-        raise NotLandedError(f"verl's trainer cannot be imported here ({err}); on a GPU node install the "
-                             "cluster stack with `pip install -e .[gpu]`") from err
+        raise NotLandedError(
+            f"verl's trainer cannot be imported here ({err}); on a GPU node install the "
+            "cluster stack with `pip install -e .[gpu]`"
+        ) from err
     for name in ("train_files", "val_files"):
         path = Path(str(cfg.data[name]))
         if not path.exists():
@@ -201,7 +203,7 @@ def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
     env.setdefault("WANDB_RUN_ID", f"{experiment}-{run_dir.name}".replace("/", "-"))
     env.setdefault("WANDB_RESUME", "allow")  # a restarted run continues the same W&B run
     with embedding_server_for(cfg, reward_cfg):
-        verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment)  # with the server's URL
+        verl_cfg.reward.custom_reward_function.reward_kwargs.reward = reward_cfg  # now with the server's URL
         (run_dir / f"{VERL_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(verl_cfg))
         if "wandb" in cfg.logger.backends:
             _wandb_record(cfg, meta, run_dir, env)

@@ -46,22 +46,12 @@ def test_hidden_state_mean_pool_equals_sentence_transformers_pooling(minilm):
     np.testing.assert_allclose((a * b).sum(1), 1.0, atol=1e-4)
 
 
-def test_hidden_states_of_a_tiny_qwen3_policy():
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+def test_hidden_states_of_a_tiny_qwen3_policy(tiny_qwen3_dir, byte_tokenizer):
+    from transformers import AutoConfig, Qwen3ForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(bundled_minilm_path())
     torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=tok.vocab_size,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=512,
-    )
-    policy = Qwen3ForCausalLM(cfg)
+    policy = Qwen3ForCausalLM(AutoConfig.from_pretrained(tiny_qwen3_dir))
+    tok = byte_tokenizer
     policy.train()
     emb = HiddenStateEmbedder(policy, tok, layer=1, batch_size=2)
     res = emb.embed(TEXTS[:3])
