@@ -221,8 +221,7 @@ def _wandb_record(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str
     """Send the resolved config, commit and versions to the W&B run that verl will then log to."""
     import wandb
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_patched_environ(env))
+    with _patched_environ(env):
         w = wandb.init(
             id=env["WANDB_RUN_ID"],
             resume="allow",
