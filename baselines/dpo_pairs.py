@@ -2,7 +2,8 @@
 
 Each row has `instruction`, `response_a`, `response_b` and `winner`; a pair is
 {"prompt": instruction, "chosen": winning response, "rejected": the other}. Loading the data set and the
-prompt filter of SARL App. B.1 belong to the data pipeline; this is the pure row -> pair step.
+prompt filter of SARL App. B.1 belong to the data pipeline (`sarl.data`); this is the pure row -> pair step, and
+`conversational_pairs` turns pairs into TRL's conversational preference format.
 """
 
 from __future__ import annotations
@@ -64,3 +65,16 @@ def dpo_pairs_from_openrubrics(rows: Iterable[Mapping[str, Any]]) -> PreferenceP
     if unknown:
         log.warning("DPO pairs: unknown winner values (value: rows): %s", dict(unknown.most_common(10)))
     return pairs
+
+
+def conversational_pairs(pairs: Iterable[Mapping[str, str]]) -> list[dict[str, list[dict[str, str]]]]:
+    """Pairs in TRL's conversational preference format: {"prompt": [user message], "chosen": [assistant
+    message], "rejected": [assistant message]} (what `DPOTrainer` reads with the model's chat template)."""
+    return [
+        {
+            "prompt": [{"role": "user", "content": p["prompt"]}],
+            "chosen": [{"role": "assistant", "content": p["chosen"]}],
+            "rejected": [{"role": "assistant", "content": p["rejected"]}],
+        }
+        for p in pairs
+    ]

@@ -400,6 +400,8 @@ def stats() -> dict[str, int]:
 
 def gold_answers(gold: Any) -> list[str]:
     """A gold answer or list of accepted answers as a list of non-empty strings; ValueError otherwise."""
+    if hasattr(gold, "tolist") and not isinstance(gold, (str, bytes)):
+        gold = gold.tolist()  # a NumPy array of accepted answers, as parquet columns are read back
     items = list(gold) if isinstance(gold, (list, tuple)) else [gold]
     if not items:
         raise ValueError("gold answer is an empty list: give at least one accepted answer")

@@ -76,12 +76,21 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
     from hydra.utils import get_class
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
-    if backend == "trl":
-        raise NotLandedError("backend=trl has not landed yet (the TRL back end); run with backend=verl on GPUs")
-    if algorithm == "dpo":
+    if cfg.data.get("role") == "eval":
         raise NotLandedError(
-            "algorithm=dpo is not a verl trainer: it runs on backend=trl (TRL's DPOTrainer), which has not landed yet"
+            f"data={choices.get('data')} is an evaluation benchmark (role: eval), not a training set; "
+            "train on aime_1983_2024 or openrubrics_v2 and evaluate with `python -m eval.run`"
         )
+    if backend == "trl":
+        from sarl.backends.trl.run import unsupported
+
+        why = unsupported(cfg)
+        if why:
+            raise NotLandedError(why)
+    if backend == "verl" and algorithm == "dpo":
+        raise NotLandedError("algorithm=dpo is not a verl trainer: run it with backend=trl (TRL's DPOTrainer)")
+    if algorithm == "dpo":
+        return  # DPO learns from preference pairs; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
         reward_cls = get_class(target)
@@ -91,7 +100,7 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
         raise NotLandedError(
             f"reward '{choices['reward']}' is a group reward; the verl trainer hook that feeds it "
             "whole groups (sarl.backends.verl.reward.reward_dataproto) is not wired into a trainer "
-            "yet, so it cannot train on verl"
+            "yet, so it cannot train on verl (backend=trl runs it on one machine)"
         )
 
 
@@ -110,7 +119,7 @@ def launch_command(run_dir: Path) -> list[str]:
 
 def versions() -> dict[str, str]:
     out = {}
-    for pkg in ("sarl", "verl", "vllm", "torch", "transformers"):
+    for pkg in ("sarl", "verl", "vllm", "torch", "transformers", "trl"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -162,12 +171,55 @@ def embedding_server_for(cfg: DictConfig, reward_cfg: dict) -> Iterator[None]:
         yield
 
 
-def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
-    from sarl.backends.verl.config import build_verl_config, validate_verl_config
-
+def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
     experiment = experiment_name(choices)
     check_landed(cfg, choices)
     run_dir = resolve_run_dir(cfg, experiment)
+    if cfg.backend.name == "trl":
+        return run_trl(cfg, choices, experiment, run_dir, overrides or [])
+    return run_verl(cfg, choices, experiment, run_dir)
+
+
+def run_record(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> tuple[dict, dict[str, str]]:
+    """Create the run directory, save the resolved config and meta.json (commit, versions, job id), and
+    return the meta and the environment of the run (W&B offline without a key, a stable W&B run id)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "experiment": experiment,
+        "choices": choices,
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "command": sys.argv,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    env = dict(os.environ)
+    wandb_offline_unless_logged_in(env)
+    env.setdefault("WANDB_RUN_ID", f"{experiment}-{run_dir.name}".replace("/", "-"))
+    env.setdefault("WANDB_RESUME", "allow")  # a restarted run continues the same W&B run
+    return meta, env
+
+
+def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path, overrides: list[str]) -> int:
+    """backend=trl: TRL's trainer in this process (sarl.backends.trl.run)."""
+    from sarl.backends.trl import run as trl
+
+    if cfg.train.dry_run:
+        sys.stdout.write(OmegaConf.to_yaml(OmegaConf.create(trl.dry_run_config(cfg, run_dir))))
+        cmd = [sys.executable, "-m", "sarl.train", *[o for o in overrides if not o.startswith("train.dry_run")]]
+        sys.stderr.write(shlex.join([*cmd, f"run_dir={run_dir}"]) + "\n")
+        return 0
+    meta, env = run_record(cfg, choices, experiment, run_dir)
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    with embedding_server_for(cfg, reward_cfg), _patched_environ(env):
+        return trl.train(cfg, run_dir, meta, env, reward_cfg=reward_cfg)
+
+
+def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:
+    """backend=verl: write verl's trainer config and launch verl's entry point on it."""
+    from sarl.backends.verl.config import build_verl_config, validate_verl_config
+
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment)
     validate_verl_config(verl_cfg)
@@ -187,21 +239,7 @@ def run(cfg: DictConfig, choices: dict[str, Any]) -> int:
         path = Path(str(cfg.data[name]))
         if not path.exists():
             raise FileNotFoundError(f"data.{name} = {path} does not exist; prepare the '{cfg.data.name}' set first")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "experiment": experiment,
-        "choices": choices,
-        "git_commit": git_commit(),
-        "versions": versions(),
-        "command": sys.argv,
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-    }
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-    env = dict(os.environ)
-    wandb_offline_unless_logged_in(env)
-    env.setdefault("WANDB_RUN_ID", f"{experiment}-{run_dir.name}".replace("/", "-"))
-    env.setdefault("WANDB_RESUME", "allow")  # a restarted run continues the same W&B run
+    meta, env = run_record(cfg, choices, experiment, run_dir)
     with embedding_server_for(cfg, reward_cfg):
         verl_cfg.reward.custom_reward_function.reward_kwargs.reward = reward_cfg  # now with the server's URL
         (run_dir / f"{VERL_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(verl_cfg))
@@ -251,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
     cfg, choices = compose_train_config(overrides)
     try:
-        return run(cfg, choices)
+        return run(cfg, choices, overrides)
     except NotLandedError as err:
         log.error("%s", err)
         return 2

@@ -1,0 +1,159 @@
+"""Per-step metrics of a TRL run: `metrics.jsonl` in the run directory, W&B, a console table, curves.
+
+TRL's trainers hand every logged dict to the callbacks' `on_log`. The recorder keeps TRL's
+own names and adds the names the verl runs use, so that notebooks read both backends alike:
+
+    reward/mean, reward/std        <- reward, reward_std (GRPO)
+    actor/kl                       <- kl (k3 estimator, TRL)
+    actor/entropy                  <- entropy
+    response_length/mean           <- completions/mean_length
+    reward/zero_std_frac           <- frac_reward_zero_std (groups whose rewards are all equal)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+log = logging.getLogger(__name__)
+
+ALIASES = {
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "kl": "actor/kl",
+    "entropy": "actor/entropy",
+    "completions/mean_length": "response_length/mean",
+    "frac_reward_zero_std": "reward/zero_std_frac",
+}
+# Curves of the smoke run's PNG: (title, candidate keys; the first one present is drawn).
+CURVES = [
+    ("reward", ["reward/mean", "rewards/chosen", "loss"]),
+    ("structure reward SR", ["reward/sr/mean"]),
+    ("KL to reference", ["actor/kl"]),
+    ("entropy", ["actor/entropy"]),
+    ("response length (tokens)", ["response_length/mean"]),
+]
+TABLE = [
+    ("step", "step"),
+    ("reward", "reward/mean"),
+    ("std", "reward/std"),
+    ("SR", "reward/sr/mean"),
+    ("C", "reward/C/mean"),
+    ("L", "reward/L/mean"),
+    ("steps", "reward/n_steps/mean"),
+    ("KL", "actor/kl"),
+    ("entropy", "actor/entropy"),
+    ("length", "response_length/mean"),
+    ("zero-std", "reward/zero_std_frac"),
+    ("failed", "reward/failed"),
+    ("loss", "loss"),
+]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(path: str | Path, last_step: int) -> int:
+    """Drop the records after `last_step` (a resumed run logs those steps again). Returns how many."""
+    rows = read_metrics(path)
+    keep = [r for r in rows if r.get("step", 0) <= last_step]
+    if len(keep) != len(rows):
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        tmp.replace(path)
+    return len(rows) - len(keep)
+
+
+class MetricsRecorder(TrainerCallback):
+    """Writes each training log as one JSON line (`step` + metrics) and forwards it to W&B."""
+
+    def __init__(self, path: str | Path, wandb_run: Any = None) -> None:
+        self.path = Path(path)
+        self.wandb_run = wandb_run
+        self.rows: list[dict[str, Any]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 (TrainerCallback signature)
+        if not logs or not state.is_world_process_zero:
+            return
+        if any(k.startswith("train_") for k in logs) and "loss" not in logs:
+            return  # the end-of-training summary (train_runtime, ...), not a step
+        row: dict[str, Any] = {"step": int(state.global_step)}
+        for key, value in logs.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(value)
+            elif value is None:
+                row[key] = None
+        for src, dst in ALIASES.items():
+            if src in row:
+                row[dst] = row[src]
+        self.rows.append(row)
+        with self.path.open("a") as f:
+            f.write(
+                json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
+                + "\n"
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        log.info("step %d  %s", row["step"], step_line(row))
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=row["step"])
+
+
+def step_line(row: dict[str, Any]) -> str:
+    """`reward=0.53 SR=0.53 KL=0.002 ...`: the table's columns present in one record."""
+    cells = [f"{title}={row[key]:.4g}" for title, key in TABLE[1:] if row.get(key) is not None]
+    return " ".join(cells)
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Any:
+    """A rich table of the per-step metrics (columns that no row has are left out)."""
+    from rich.table import Table
+
+    cols = [(title, key) for title, key in TABLE if any(r.get(key) is not None for r in rows)]
+    table = Table(title="per-step metrics")
+    for title, _ in cols:
+        table.add_column(title, justify="right")
+    for r in rows:
+        cells = []
+        for _, key in cols:
+            v = r.get(key)
+            cells.append("" if v is None else (str(int(v)) if key == "step" else f"{v:.4g}"))
+        table.add_row(*cells)
+    return table
+
+
+def plot_curves(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """A PNG with one panel per curve in CURVES (reward, SR, KL, entropy, length)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
+    for ax, (name, keys) in zip(axes, CURVES):
+        key = next((k for k in keys if any(r.get(k) is not None for r in rows)), None)
+        ax.set_title(name if key is None or key in keys[:1] else f"{name} ({key})", fontsize=9)
+        ax.set_xlabel("step")
+        if key is None:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            continue
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

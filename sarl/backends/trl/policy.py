@@ -1,0 +1,195 @@
+"""A tiny Qwen3-architecture policy built on this machine (no model hub): the smoke run's model.
+
+`build_policy(spec, out_dir)`:
+1. trains a byte-level BPE tokenizer on the shipped traces, with Qwen3's chat markers
+   (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`) as special tokens, `<think>`/`</think>` as
+   ordinary added tokens (they survive decoding, as in Qwen3), and a Qwen3-style chat template;
+2. builds `Qwen3ForCausalLM` from the configured sizes (head_dim >= 64, so that vLLM's CPU
+   build can serve it);
+3. warm-starts it with a short supervised run on the traces (loss on the assistant tokens only),
+   so that the policy writes `<think>` steps separated by blank lines: a randomly initialised
+   policy writes no steps at all, every response then gets the same structure reward, and the
+   group advantage is zero (no learning signal);
+4. saves a Hugging Face checkpoint directory (config, weights, tokenizer, `policy.json`).
+
+The result is cached by a hash of the spec, so repeated runs and tests build it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+THINK_TOKENS = ["<think>", "</think>"]
+# Qwen3's chat layout without tools: <|im_start|>role\ncontent<|im_end|>\n ...
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+STAMP = "policy.json"
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_traces(path: str | Path) -> list[dict]:
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"no traces in {path}")
+    for i, row in enumerate(rows):
+        if not (isinstance(row.get("prompt"), list) and isinstance(row.get("completion"), list)):
+            raise ValueError(f"{path}:{i + 1}: a trace needs chat-message lists 'prompt' and 'completion'")
+    return rows
+
+
+def build_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer trained on `texts`, with Qwen3's chat markers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.add_tokens(THINK_TOKENS)  # not special: decoded text keeps them, as Qwen3's tokenizer does
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def _encode_sft(tokenizer, trace: dict, max_length: int) -> tuple[list[int], list[int]]:
+    """Token ids of prompt + completion, and labels that score only the completion (and its end marker)."""
+    prompt = tokenizer.apply_chat_template(trace["prompt"], tokenize=False, add_generation_prompt=True)
+    completion = trace["completion"][0]["content"] + "<|im_end|>"
+    p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    c_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    ids = (p_ids + c_ids)[:max_length]
+    labels = ([-100] * len(p_ids) + c_ids)[:max_length]
+    return ids, labels
+
+
+def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: int) -> list[float]:
+    """Supervised warm start on the traces (AdamW, linear warm-up then cosine decay). Returns the losses."""
+    import torch
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    data = [_encode_sft(tokenizer, t, int(sft["max_length"])) for t in traces]
+    steps, bs = int(sft["steps"]), int(sft["batch_size"])
+    warmup = max(1, int(0.1 * steps))
+    opt = torch.optim.AdamW(model.parameters(), lr=float(sft["lr"]), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup))),
+    )
+    pad = tokenizer.pad_token_id
+    model.train()
+    losses = []
+    order: list[int] = []
+    for _ in range(steps):
+        if len(order) < bs:
+            order = list(range(len(data)))
+            rng.shuffle(order)
+        batch = [data[order.pop()] for _ in range(bs)]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.full((bs, width), pad, dtype=torch.long)
+        labels = torch.full((bs, width), -100, dtype=torch.long)
+        mask = torch.zeros((bs, width), dtype=torch.long)
+        for i, (x, y) in enumerate(batch):
+            ids[i, : len(x)], labels[i, : len(y)], mask[i, : len(x)] = torch.tensor(x), torch.tensor(y), 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> Path:
+    """The checkpoint directory of the policy that `spec` (conf/model/tiny_qwen3.yaml `build`) describes,
+    built on first use and reused afterwards (keyed by a hash of the spec and seed)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    spec = dict(spec)
+    key = spec_hash({**spec, "seed": seed})
+    out = Path(cache_dir) / f"tiny_qwen3-{key}"
+    if (out / STAMP).exists():
+        log.info("policy: reusing %s", out)
+        return out
+    arch = dict(spec["architecture"])
+    if int(arch.get("head_dim", 0)) < 64:
+        raise ValueError(
+            f"model.build.architecture.head_dim must be >= 64 (vLLM's CPU build), got {arch.get('head_dim')}"
+        )
+    traces_path = Path(spec["traces"])
+    traces = read_traces(traces_path)
+    t0 = time.monotonic()
+    texts = [m["content"] for t in traces for m in t["prompt"] + t["completion"]]
+    tokenizer = build_tokenizer(texts, int(spec["vocab_size"]))
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3ForCausalLM"],
+        **arch,
+    )
+    model = Qwen3ForCausalLM(config)
+    losses = warm_start(model, tokenizer, traces, dict(spec["warm_start"]), seed) if spec["warm_start"]["steps"] else []
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    info = {
+        "spec": spec,
+        "seed": seed,
+        "traces_sha256": hashlib.sha256(traces_path.read_bytes()).hexdigest(),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "warm_start_loss_first": losses[0] if losses else None,
+        "warm_start_loss_last": float(sum(losses[-10:]) / len(losses[-10:])) if losses else None,
+        "build_seconds": round(time.monotonic() - t0, 1),
+    }
+    (tmp / STAMP).write_text(json.dumps(info, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    log.info(
+        "policy: built %s (%d parameters, warm-start loss %s -> %s, %.0f s)",
+        out,
+        info["n_parameters"],
+        info["warm_start_loss_first"],
+        info["warm_start_loss_last"],
+        info["build_seconds"],
+    )
+    return out

@@ -1,0 +1,122 @@
+"""Our reward objects as a TRL reward function.
+
+TRL's GRPOTrainer calls each reward function with the whole generation batch of the process:
+`f(prompts, completions, completion_ids, **dataset_columns, trainer_state, log_metric, ...)`
+and expects one float per completion. Its sampler repeats every prompt `num_generations`
+times back to back (`RepeatSampler(mini_repeat_count=num_generations)`), and its advantage
+is computed on those consecutive chunks (`rewards.view(-1, num_generations)`). The adapter
+gives each chunk a group id, checks that a chunk really holds one prompt `num_generations`
+times (so a group reward never sees a partial or mixed group, e.g. under multi-process
+sharding), calls the reward once on the batch, and logs the same `reward/<diagnostic>/mean`
+and `reward/failed` metrics as the verl bridge through TRL's `log_metric`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Sequence
+
+from sarl.backends.verl.reward import diagnostic_keys, reward_metrics
+from sarl.interface import RewardOutput, RolloutBatch
+
+
+def message_text(messages: Any) -> str:
+    """The text of a chat completion (a list of messages) or a plain string completion."""
+    if isinstance(messages, str):
+        return messages
+    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+        return "".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
+    raise TypeError(f"completion must be a string or a list of chat messages, got {type(messages).__name__}")
+
+
+class TRLReward:
+    """A TRL reward function around one reward object (`sarl.interface.Reward`)."""
+
+    def __init__(self, reward: Any, num_generations: int, tokenizer: Any = None, name: str | None = None) -> None:
+        self.reward = reward
+        self.num_generations = int(num_generations)
+        self.tokenizer = tokenizer
+        self.__name__ = name or type(reward).__name__  # TRL names the reward's metrics after it
+        self.calls = 0
+        self.failed_total = 0
+        self.last_outputs: list[RewardOutput] = []
+
+    def _prompt_text(self, prompt: Any) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        if self.tokenizer is not None and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return "\n".join(str(m.get("content") or "") for m in prompt)
+
+    def group_ids(self, prompts: Sequence[Any], step: int) -> list[str]:
+        """`<step>-<chunk>` for each row; ValueError if a chunk is not one prompt `num_generations` times."""
+        n, g = len(prompts), self.num_generations
+        if n % g:
+            raise ValueError(
+                f"TRL passed {n} completions, not a multiple of num_generations={g}: a group reward would see a "
+                "partial group (backend=trl runs group rewards on one process)"
+            )
+        ids = []
+        for start in range(0, n, g):
+            chunk = [json.dumps(p, sort_keys=True) if not isinstance(p, str) else p for p in prompts[start : start + g]]
+            if any(c != chunk[0] for c in chunk):
+                raise ValueError(
+                    f"completions {start}..{start + g - 1} of the generation batch do not share one prompt; "
+                    "TRL's grouping changed, so rewards and advantages would mix prompts"
+                )
+            ids.extend([f"{step}-{start // g}"] * g)
+        return ids
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]] | None = None,
+        ground_truth: list[Any] | None = None,
+        data_source: list[str] | None = None,
+        extra_info: list[Any] | None = None,
+        ground_truth_json: list[str] | None = None,
+        extra_info_json: list[str] | None = None,
+        trainer_state: Any = None,
+        log_metric: Any = None,
+        **_: Any,
+    ) -> list[float]:
+        step = int(getattr(trainer_state, "global_step", self.calls))
+        if ground_truth_json is not None:  # sarl.backends.trl.run stores these columns as JSON
+            ground_truth = [json.loads(g) for g in ground_truth_json]
+        if extra_info_json is not None:
+            extra_info = extra_info_json
+        batch = RolloutBatch(
+            prompts=[self._prompt_text(p) for p in prompts],
+            responses=[message_text(c) for c in completions],
+            group_ids=self.group_ids(prompts, step),
+            ground_truths=list(ground_truth) if ground_truth is not None else None,
+            data_sources=[str(s) for s in data_source] if data_source is not None else None,
+            extra_info=[_as_dict(e) for e in extra_info] if extra_info is not None else None,
+            response_token_ids=[list(map(int, ids)) for ids in completion_ids] if completion_ids is not None else None,
+        )
+        outputs = self.reward(batch)
+        if len(outputs) != len(batch):
+            raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
+        self.calls += 1
+        self.last_outputs = list(outputs)
+        metrics = reward_metrics(outputs, diagnostic_keys(self.reward, outputs))
+        self.failed_total += int(metrics["reward/failed"])
+        if log_metric is not None:
+            for key, value in metrics.items():
+                if key.startswith("reward/score/"):
+                    continue  # TRL logs the reward mean/std itself
+                if math.isfinite(value):
+                    log_metric(key, value)
+        return [o.score for o in outputs]
+
+
+def _as_dict(value: Any) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return json.loads(value) if value else {}
+    if isinstance(value, dict):
+        return value
+    raise TypeError(f"extra_info must be a dict or a JSON string, got {type(value).__name__}")

@@ -1,0 +1,376 @@
+"""backend=trl: GRPO (TRL's GRPOTrainer) and DPO (TRL's DPOTrainer) on a CPU or one GPU.
+
+The same conf/ groups as verl: `train.*` (SARL Tables 6-7 names) are mapped onto TRL's
+arguments here, the reward object comes from `conf/reward/*` unchanged, and the run writes
+`metrics.jsonl`, checkpoints (`checkpoints/checkpoint-N`, resumed automatically when the run
+directory is reused), the final Hugging Face checkpoint (`final/`), `curves.png` and a
+per-step table.
+
+Batch mapping (verl counts prompts for the batch sizes and sequences for the micro batch):
+    num_generations             = train.rollout_n
+    per_device_train_batch_size = train.micro_batch_size_per_gpu                    (sequences)
+    gradient_accumulation_steps = ppo_mini_batch_size * rollout_n / micro_batch     (one optimiser step per mini batch)
+    steps_per_generation        = accumulation * train_batch_size / ppo_mini_batch_size
+so one generation batch is `train_batch_size` prompts x `rollout_n` rollouts, consumed in
+`train_batch_size / ppo_mini_batch_size` optimiser steps, as in verl with ppo_epochs = 1.
+KL: TRL's `beta` with its k3 estimator (verl's low_var_kl is k3 clipped to [-10, 10]).
+Loss aggregation: TRL's "dapo" = token mean over the accumulated batch (verl's token-mean).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("sarl.train.trl")
+
+OUTPUT_SUBDIR = "checkpoints"
+FINAL_SUBDIR = "final"
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+
+
+def unsupported(cfg: DictConfig) -> str | None:
+    """Why this config cannot run on backend=trl (None if it can)."""
+    algorithm = cfg.algorithm.name
+    if algorithm == "ppo":
+        return (
+            "algorithm=ppo runs on backend=verl: TRL's PPO needs a reward *model* (an nn.Module scoring token "
+            "sequences), not a reward function such as the structure reward; use backend=verl for the PPO rows"
+        )
+    if algorithm not in ("grpo", "dpo"):
+        return f"algorithm={algorithm} has no TRL trainer here (grpo and dpo do)"
+    if algorithm == "grpo" and int(cfg.train.n_trained) != int(cfg.train.rollout_n):
+        return (
+            f"train.n_trained={cfg.train.n_trained} < train.rollout_n={cfg.train.rollout_n} (vote on more rollouts "
+            "than are trained on) needs the verl trainer hook; TRL's GRPOTrainer trains on every rollout it scores"
+        )
+    if int(cfg.train.get("nnodes", 1)) > 1:
+        return "backend=trl runs on one machine; multi-node runs use backend=verl"
+    return None
+
+
+def resolve_path(path: str) -> Path:
+    """A path from config; `pkg://package/relative/path` names a file shipped inside a package."""
+    if path.startswith("pkg://"):
+        package, _, rel = path[len("pkg://") :].partition("/")
+        return Path(str(resources.files(package).joinpath(rel)))
+    return Path(path)
+
+
+def policy_path(cfg: DictConfig) -> Path | str:
+    """The model to train: `model.path` (hub id or directory), else the locally built tiny policy."""
+    if cfg.model.get("path"):
+        return cfg.model.path
+    build = cfg.model.get("build")
+    if not build:
+        raise ValueError("model.path is null and model.build is not set: nothing to train")
+    from sarl.backends.trl.policy import build_policy
+
+    spec = OmegaConf.to_container(build, resolve=True)
+    cache_dir = spec.pop("cache_dir")
+    traces = resolve_path(spec["traces"])
+    spec["traces"] = str(traces)
+    return build_policy(spec, cache_dir, seed=int(cfg.seed))
+
+
+def read_jsonl(path: Path, what: str) -> list[dict]:
+    if not path.exists():
+        raise FileNotFoundError(f"{what} file {path} does not exist; prepare the data set first (sarl.data.prepare)")
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{i + 1}: not JSON ({err})") from err
+    if not rows:
+        raise ValueError(f"{what} file {path} has no rows")
+    return rows
+
+
+def prompt_dataset(cfg: DictConfig, tokenizer: Any):
+    """The GRPO prompts as a `datasets.Dataset`: `prompt` (chat messages) plus the reward's columns
+    (`ground_truth_json`, `data_source`, `extra_info_json`; JSON so that mixed types survive Arrow).
+    Overlong prompts are dropped and counted (`train.filter_overlong_prompts`), or raise
+    (`train.truncation: error`)."""
+    from datasets import Dataset
+
+    path = resolve_path(str(cfg.data.trl_train_files))
+    rows = read_jsonl(path, "data.trl_train_files")
+    limit = int(cfg.train.max_prompt_length)
+    kept, too_long = [], []
+    for i, row in enumerate(rows):
+        prompt = row.get("prompt")
+        if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt)):
+            raise ValueError(f"{path}:{i + 1}: 'prompt' must be a non-empty list of chat messages")
+        ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        if len(ids) > limit:
+            too_long.append(i + 1)
+            continue
+        kept.append(
+            {
+                "prompt": prompt,
+                "ground_truth_json": json.dumps(row.get("ground_truth")),
+                "data_source": str(row.get("data_source", cfg.data.name)),
+                "extra_info_json": json.dumps(row.get("extra_info") or {"index": i}),
+            }
+        )
+    if too_long:
+        if cfg.train.filter_overlong_prompts:
+            log.warning(
+                "dropped %d/%d prompts longer than %d tokens (lines %s)", len(too_long), len(rows), limit, too_long[:10]
+            )
+        elif cfg.train.truncation == "error":
+            raise ValueError(
+                f"{len(too_long)} prompts exceed train.max_prompt_length={limit} tokens (lines {too_long[:10]})"
+            )
+    if not kept:
+        raise ValueError(f"no prompt of {path} fits train.max_prompt_length={limit}")
+    log.info("prompts: %d read, %d overlong dropped, %d kept (%s)", len(rows), len(too_long), len(kept), path)
+    return Dataset.from_list(kept)
+
+
+def preference_dataset(cfg: DictConfig):
+    from datasets import Dataset
+
+    if not cfg.data.get("dpo_files"):
+        raise ValueError(f"data '{cfg.data.name}' has no dpo_files: DPO needs preference pairs")
+    path = resolve_path(str(cfg.data.dpo_files))
+    rows = read_jsonl(path, "data.dpo_files")
+    for i, row in enumerate(rows):
+        for key in ("prompt", "chosen", "rejected"):
+            if not isinstance(row.get(key), list) or not row[key]:
+                raise ValueError(f"{path}:{i + 1}: '{key}' must be a non-empty list of chat messages")
+    log.info("preference pairs: %d (%s)", len(rows), path)
+    return Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
+
+
+def batch_plan(train: DictConfig, n_processes: int = 1) -> dict[str, int]:
+    """TRL's batch arguments from verl's (module docstring); ValueError when they do not divide."""
+    n, prompts, mini, micro = (
+        int(train.rollout_n),
+        int(train.train_batch_size),
+        int(train.ppo_mini_batch_size),
+        int(train.micro_batch_size_per_gpu),
+    )
+    if prompts % mini:
+        raise ValueError(f"train.train_batch_size={prompts} must be a multiple of train.ppo_mini_batch_size={mini}")
+    if (mini * n) % (micro * n_processes):
+        raise ValueError(
+            f"ppo_mini_batch_size x rollout_n = {mini * n} sequences must be a multiple of "
+            f"micro_batch_size_per_gpu x processes = {micro * n_processes}"
+        )
+    accumulation = mini * n // (micro * n_processes)
+    return {
+        "num_generations": n,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": accumulation * (prompts // mini),
+    }
+
+
+def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    b, t = cfg.backend, cfg.train
+    args = {
+        "output_dir": str(run_dir / OUTPUT_SUBDIR),
+        "learning_rate": float(t.actor_lr),
+        "num_train_epochs": float(t.total_epochs),
+        "max_steps": int(b.max_steps) if b.max_steps else -1,
+        "save_strategy": "steps",
+        "save_steps": int(t.save_freq),
+        "save_total_limit": b.save_total_limit,
+        "logging_steps": 1,
+        "report_to": "none",  # sarl.backends.trl.metrics logs to W&B and metrics.jsonl itself
+        "seed": int(cfg.seed),
+        "data_seed": int(cfg.seed),
+        "bf16": bool(b.bf16),
+        "use_cpu": bool(b.use_cpu),
+        "gradient_checkpointing": bool(b.gradient_checkpointing),
+        "disable_tqdm": not bool(b.progress_bar),
+        "lr_scheduler_type": b.lr_scheduler_type,
+        "warmup_steps": int(b.warmup_steps),
+        "weight_decay": float(b.weight_decay),
+        "max_grad_norm": float(b.max_grad_norm),
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": _has_cuda(),
+    }
+    return args
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def grpo_args(cfg: DictConfig, run_dir: Path):
+    from trl import GRPOConfig
+
+    t, b = cfg.train, cfg.backend
+    return GRPOConfig(
+        **common_args(cfg, run_dir),
+        **batch_plan(t),
+        max_completion_length=int(t.max_response_length),
+        temperature=float(t.temperature),
+        top_p=float(b.top_p),
+        top_k=int(b.top_k),
+        beta=float(t.kl_loss_coef) if t.use_kl_loss else 0.0,
+        epsilon=float(t.clip_ratio_low),
+        epsilon_high=float(t.clip_ratio_high),
+        entropy_coef=float(t.entropy_coeff),
+        num_iterations=1,
+        loss_type=b.loss_type,
+        scale_rewards="group",  # GRPO: (r - mean) / std within the prompt's group
+        mask_truncated_completions=False,
+        shuffle_dataset=bool(t.shuffle),
+        use_vllm=bool(b.use_vllm),
+        log_completions=False,
+    )
+
+
+def dpo_args(cfg: DictConfig, run_dir: Path):
+    from trl import DPOConfig
+
+    t = cfg.train
+    return DPOConfig(
+        **common_args(cfg, run_dir),
+        per_device_train_batch_size=int(t.micro_batch_size_per_gpu),
+        gradient_accumulation_steps=max(1, int(t.ppo_mini_batch_size) // int(t.micro_batch_size_per_gpu)),
+        beta=float(cfg.algorithm.beta),
+        max_length=int(t.max_prompt_length) + int(t.max_response_length),
+    )
+
+
+def trainer_args(cfg: DictConfig, run_dir: Path):
+    return grpo_args(cfg, run_dir) if cfg.algorithm.name == "grpo" else dpo_args(cfg, run_dir)
+
+
+def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """What `train.dry_run=true` prints for backend=trl: the trainer, its arguments and the inputs."""
+    args = trainer_args(cfg, run_dir)
+    keys = sorted(k for k in vars(type(args)).get("__dataclass_fields__", {}) if not k.startswith("_"))
+    values = {k: getattr(args, k) for k in keys}
+    return {
+        "trainer": "GRPOTrainer" if cfg.algorithm.name == "grpo" else "DPOTrainer",
+        "model": cfg.model.path or {"build": OmegaConf.to_container(cfg.model.build, resolve=True)},
+        "train_file": str(cfg.data.trl_train_files if cfg.algorithm.name == "grpo" else cfg.data.dpo_files),
+        "reward": OmegaConf.to_container(cfg.reward, resolve=True) if cfg.algorithm.name == "grpo" else None,
+        "args": json.loads(json.dumps(values, default=str)),
+    }
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = run_dir / OUTPUT_SUBDIR
+    found = get_last_checkpoint(str(out)) if out.is_dir() else None
+    return Path(found) if found else None
+
+
+def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
+    if "wandb" not in cfg.logger.backends:
+        return None
+    import wandb
+
+    return wandb.init(
+        id=env["WANDB_RUN_ID"],
+        resume="allow",
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        dir=str(run_dir),
+        config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
+    )
+
+
+def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], reward_cfg: dict | None = None) -> int:
+    """Run GRPO or DPO with TRL in this process; returns 0 on success. `reward_cfg`: the resolved
+    reward node (with a started embedding server's URL filled in), default `cfg.reward`."""
+    import torch
+    from rich.console import Console
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
+
+    if cfg.backend.torch_threads:
+        torch.set_num_threads(int(cfg.backend.torch_threads))
+    model_path = policy_path(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.get("tokenizer_path") or model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    resume = last_checkpoint(run_dir)
+    metrics_path = run_dir / METRICS_FILE
+    if resume is not None:
+        state = json.loads((resume / "trainer_state.json").read_text())
+        dropped = truncate_metrics(metrics_path, int(state["global_step"]))
+        log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
+    args = trainer_args(cfg, run_dir)
+    wandb_run = _wandb_run(cfg, meta, run_dir, env)
+    recorder = MetricsRecorder(metrics_path, wandb_run)
+    try:
+        if cfg.algorithm.name == "grpo":
+            from hydra.utils import instantiate
+            from trl import GRPOTrainer
+
+            from sarl.backends.trl.rewards import TRLReward
+
+            reward = TRLReward(
+                instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)),
+                num_generations=args.num_generations,
+                tokenizer=tokenizer,
+                name=str(cfg.get("reward_name") or "reward"),
+            )
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=[reward],
+                args=args,
+                train_dataset=prompt_dataset(cfg, tokenizer),
+                processing_class=tokenizer,
+                callbacks=[recorder],
+            )
+        else:
+            from trl import DPOTrainer
+
+            trainer = DPOTrainer(
+                model=model,
+                args=args,
+                train_dataset=preference_dataset(cfg),
+                processing_class=tokenizer,
+                callbacks=[recorder],
+            )
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # the recorder prints one line per step instead of the raw dict
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        final = run_dir / FINAL_SUBDIR
+        trainer.save_model(str(final))
+        tokenizer.save_pretrained(str(final))
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+    rows = read_metrics(metrics_path)
+    console = Console(file=sys.stdout, width=160)
+    console.print(summary_table(rows))
+    png = plot_curves(rows, run_dir / CURVES_FILE, title=f"{meta.get('experiment', '')} ({run_dir.name})")
+    summary = {
+        "final_checkpoint": str(run_dir / FINAL_SUBDIR),
+        "metrics": str(metrics_path),
+        "curves": str(png),
+        "steps": trainer.state.global_step,
+        "resumed_from": str(resume) if resume else None,
+    }
+    if cfg.algorithm.name == "grpo":
+        summary["failed_rewards"] = reward.failed_total
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(f"final checkpoint: {summary['final_checkpoint']}\ncurves: {png}\nmetrics: {metrics_path}")
+    return 0

@@ -1,0 +1,142 @@
+"""Write the smoke run's shipped data: reasoning-format traces, GRPO prompts, DPO pairs.
+
+    python -m sarl.smoke.make_data            # rewrites sarl/smoke/data/*.jsonl
+
+The problems are small arithmetic questions; each trace is a Qwen3 thinking-mode answer
+(`<think>` steps separated by blank lines, then a boxed final answer). The traces vary the
+number and kind of steps on purpose (plans, partial results, checks, recomputations,
+conclusions), so that a policy warm-started on them writes reasoning whose structure, and
+hence whose structure reward, differs from sample to sample. Seeded: the output is the same
+on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from sarl.smoke import DATA_DIR
+
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+OPS = ("+", "-", "*")
+
+
+def _question(rng: random.Random) -> tuple[str, int, int, str, int]:
+    op = rng.choice(OPS)
+    if op == "*":
+        a, b = rng.randint(3, 19), rng.randint(2, 9)
+        value = a * b
+    else:
+        a, b = rng.randint(11, 99), rng.randint(11, 99)
+        if op == "-" and b > a:
+            a, b = b, a
+        value = a + b if op == "+" else a - b
+    phrasing = rng.choice(
+        [
+            f"What is {a} {op} {b}?",
+            f"Compute {a} {op} {b}.",
+            f"Find the value of {a} {op} {b}.",
+            f"Evaluate {a} {op} {b}.",
+        ]
+    )
+    return phrasing, a, b, op, value
+
+
+def _steps(rng: random.Random, a: int, b: int, op: str, value: int) -> list[str]:
+    name = {"+": "sum", "-": "difference", "*": "product"}[op]
+    steps = [
+        rng.choice(
+            [
+                f"I need the {name} of {a} and {b}.",
+                f"The problem asks for {a} {op} {b}.",
+                f"Let me work out {a} {op} {b} carefully.",
+            ]
+        )
+    ]
+    if op == "*":
+        tens, ones = divmod(a, 10)
+        steps.append(f"Split {a} into {tens * 10} and {ones}.")
+        steps.append(f"First, {tens * 10} * {b} = {tens * 10 * b}.")
+        steps.append(f"Next, {ones} * {b} = {ones * b}.")
+        partial = f"Adding the parts: {tens * 10 * b} + {ones * b} = {value}."
+        check = f"Check: {value} / {b} = {a}, so the product is right."
+    else:
+        (at, ao), (bt, bo) = divmod(a, 10), divmod(b, 10)
+        steps.append(f"Split both numbers into tens and ones: {at * 10} and {ao}, {bt * 10} and {bo}.")
+        steps.append(f"The tens give {at * 10} {op} {bt * 10} = {eval_op(at * 10, bt * 10, op)}.")
+        steps.append(f"The ones give {ao} {op} {bo} = {eval_op(ao, bo, op)}.")
+        t, o = eval_op(at * 10, bt * 10, op), eval_op(ao, bo, op)
+        partial = f"Combining: {t} {'+' if o >= 0 else '-'} {abs(o)} = {value}."
+        inverse = "-" if op == "+" else "+"
+        check = f"Check: {value} {inverse} {b} = {eval_op(value, b, inverse)}, which matches {a}."
+    steps.append(partial)
+    style = rng.random()
+    if style < 0.3:  # a recomputation loop: the map revisits the same kind of step
+        steps.append(rng.choice(["Wait, let me recompute that.", "Hmm, let me double-check the parts."]))
+        steps.append(partial)
+        steps.append(check)
+    elif style < 0.65:
+        steps.append(check)
+    elif style < 0.8:  # a short trace: plan, result
+        steps = [steps[0], partial]
+    steps.append(rng.choice([f"So the answer is {value}.", f"Therefore {a} {op} {b} = {value}."]))
+    return steps
+
+
+def eval_op(x: int, y: int, op: str) -> int:
+    """Integer arithmetic on two operands (no Python eval of text)."""
+    return {"+": x + y, "-": x - y, "*": x * y}[op]
+
+
+def trace(rng: random.Random) -> dict:
+    question, a, b, op, value = _question(rng)
+    steps = _steps(rng, a, b, op, value)
+    response = "<think>\n" + "\n\n".join(steps) + "\n</think>\n\nThe answer is \\boxed{" + str(value) + "}."
+    return {
+        "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+        "completion": [{"role": "assistant", "content": response}],
+        "ground_truth": str(value),
+    }
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    traces = [trace(rng) for _ in range(n_traces)]
+    prompts = []
+    for i in range(n_prompts):
+        question, *_, value = _question(rng)
+        prompts.append(
+            {
+                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "ground_truth": str(value),
+                "data_source": "smoke_arithmetic",
+                "extra_info": {"index": i, "split": "train"},
+            }
+        )
+    pairs = []
+    for i in range(n_pairs):  # chosen: a reasoned answer; rejected: a bare (often wrong) guess
+        t = trace(rng)
+        guess = int(t["ground_truth"]) + rng.choice([-10, -1, 1, 10])
+        pairs.append(
+            {
+                "prompt": t["prompt"],
+                "chosen": t["completion"],
+                "rejected": [{"role": "assistant", "content": f"The answer is \\boxed{{{guess}}}."}],
+            }
+        )
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    write_jsonl(DATA_DIR / "traces.jsonl", traces)
+    write_jsonl(DATA_DIR / "train.trl.jsonl", prompts)
+    write_jsonl(DATA_DIR / "dpo.jsonl", pairs)
+    print(f"wrote {len(traces)} traces, {len(prompts)} prompts, {len(pairs)} pairs to {DATA_DIR}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""backend=trl: the smoke run, GRPO with every reward, DPO, checkpoints and resume, on CPU."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sarl.backends.trl.metrics import read_metrics, truncate_metrics
+from sarl.backends.trl.rewards import TRLReward
+from sarl.backends.trl.run import batch_plan, policy_path, unsupported
+from sarl.interface import RewardOutput
+from sarl.train import NotLandedError, check_landed, compose_train_config, main
+
+pytest.importorskip("trl")
+
+REPO = Path(__file__).resolve().parents[3]
+# Two prompts x four rollouts, short answers, two optimiser steps: the per-reward and DPO runs.
+FAST = [
+    "train.rollout_n=4",
+    "train.train_batch_size=2",
+    "train.ppo_mini_batch_size=2",
+    "train.micro_batch_size_per_gpu=8",
+    "data.max_response_length=96",
+    "backend.max_steps=2",
+]
+
+
+@pytest.fixture(scope="session")
+def policy_cache(tmp_path_factory):
+    """The smoke policy (tokenizer + warm start on the shipped traces), built once for the session."""
+    cache = tmp_path_factory.mktemp("policies")
+    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
+    path = policy_path(cfg)
+    info = json.loads((Path(path) / "policy.json").read_text())
+    assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
+    return cache
+
+
+def smoke(root, cache, *extra):
+    return ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}", *extra]
+
+
+def only_run_dir(root: Path, experiment: str = "smoke") -> Path:
+    runs = [p for p in (root / "runs" / experiment).iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def test_batch_plan_maps_verl_batch_sizes_onto_trl():
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math", "backend=trl"])
+    # SARL Table 6: 256 prompts x 8 rollouts, mini batch 256 prompts, micro batch 32 sequences
+    assert batch_plan(cfg.train) == {
+        "num_generations": 8,
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 64,  # 256 * 8 / 32
+        "steps_per_generation": 64,  # one optimiser step per generation batch
+    }
+    cfg, _ = compose_train_config(["+exp=smoke", "train.train_batch_size=8", "train.ppo_mini_batch_size=4"])
+    assert batch_plan(cfg.train)["steps_per_generation"] == 2 * batch_plan(cfg.train)["gradient_accumulation_steps"]
+    cfg, _ = compose_train_config(["+exp=smoke", "train.micro_batch_size_per_gpu=5"])
+    with pytest.raises(ValueError, match="multiple of micro_batch_size_per_gpu"):
+        batch_plan(cfg.train)
+
+
+def test_ppo_and_vote_subsets_on_trl_fail_at_once_pointing_to_verl():
+    cfg, choices = compose_train_config(["+exp=smoke", "algorithm=ppo"])
+    with pytest.raises(NotLandedError, match="backend=verl"):
+        check_landed(cfg, choices)
+    assert main(["+exp=smoke", "algorithm=ppo"]) == 2
+    cfg, _ = compose_train_config(["+exp=smoke", "reward=ttrl", "train.n_trained=4"])
+    assert "verl" in unsupported(cfg)
+    cfg, choices = compose_train_config(["+exp=smoke", "reward=ttrl"])
+    check_landed(cfg, choices)  # a group reward runs on TRL
+
+
+def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
+    assert main(["+exp=smoke", f"paths.root={tmp_path}", "train.dry_run=true"]) == 0
+    out, err = capsys.readouterr()
+    printed = yaml.safe_load(out)
+    assert printed["trainer"] == "GRPOTrainer"
+    args = printed["args"]
+    assert args["num_generations"] == 8 and args["per_device_train_batch_size"] == 16
+    assert args["gradient_accumulation_steps"] == 2 and args["steps_per_generation"] == 2
+    assert args["beta"] == 0.001 and args["epsilon"] == 0.2 and args["max_completion_length"] == 192
+    assert args["learning_rate"] == 5e-5 and args["max_steps"] == 10
+    assert "-m sarl.train +exp=smoke" in err and "run_dir=" in err
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+# -- the reward adapter --------------------------------------------------------------------
+
+
+class RecordingReward:
+    """A group reward that scores each row by its position within its group and records the batch."""
+
+    group_reward = True
+    diagnostic_keys = ("rank",)
+
+    def __init__(self):
+        self.batches = []
+
+    def __call__(self, batch):
+        self.batches.append(batch)
+        out = []
+        for i, gid in enumerate(batch.group_ids):
+            rank = batch.group_ids[: i + 1].count(gid) - 1
+            failed = "no answer" if batch.responses[i] == "" else None
+            out.append(RewardOutput(float(rank), {"rank": float(rank)}, failed=failed))
+        return out
+
+
+def chat(text):
+    return [{"role": "user", "content": text}]
+
+
+def test_adapter_groups_consecutive_generations_and_logs_diagnostics():
+    reward = RecordingReward()
+    fn = TRLReward(reward, num_generations=3, name="rec")
+    logged = []
+    prompts = [chat("p")] * 3 + [chat("q")] * 3
+    completions = [[{"role": "assistant", "content": c}] for c in ["a", "", "b", "c", "d", "e"]]
+
+    class State:
+        global_step = 7
+
+    scores = fn(
+        prompts=prompts,
+        completions=completions,
+        completion_ids=[[1, 2]] * 6,
+        ground_truth_json=[json.dumps("5")] * 3 + [json.dumps(["7", "07"])] * 3,
+        extra_info_json=[json.dumps({"index": i}) for i in range(6)],
+        trainer_state=State(),
+        log_metric=lambda k, v: logged.append((k, v)),
+    )
+    assert scores == [0, 1, 2, 0, 1, 2]
+    batch = reward.batches[0]
+    assert batch.group_ids == ["7-0"] * 3 + ["7-1"] * 3
+    assert batch.ground_truths[0] == "5" and batch.ground_truths[3] == ["7", "07"]
+    assert batch.extra_info[4] == {"index": 4} and batch.responses[1] == ""
+    assert dict(logged) == {"reward/rank/mean": 1.0, "reward/failed": 1.0}
+    assert fn.failed_total == 1 and fn.__name__ == "rec"
+
+
+def test_adapter_refuses_partial_or_mixed_groups():
+    fn = TRLReward(RecordingReward(), num_generations=2)
+    done = [[{"role": "assistant", "content": "x"}]]
+    with pytest.raises(ValueError, match="partial group"):
+        fn(prompts=[chat("p")] * 3, completions=done * 3)
+    with pytest.raises(ValueError, match="do not share one prompt"):
+        fn(prompts=[chat("p"), chat("q")], completions=done * 2)
+
+
+def test_truncate_metrics_drops_steps_after_the_checkpoint(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 0.1 * s}) + "\n" for s in (1, 2, 3, 4)))
+    assert truncate_metrics(path, 2) == 2
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]
+
+
+# -- real runs -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint(policy_cache, tmp_path, capsys):
+    """The embedded default: GRPO with the real structure reward on the warm-started tiny policy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4")) == 0
+    run = only_run_dir(tmp_path)
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the learning signal is real: in most groups the rollouts' structure rewards differ
+    zero_std = [r["reward/zero_std_frac"] for r in rows]
+    assert max(zero_std) < 0.5, zero_std
+    for key in ("reward/mean", "reward/std", "reward/sr/mean", "reward/C/mean", "reward/L/mean", "reward/failed"):
+        assert all(r.get(key) is not None for r in rows), key
+    assert all(r["reward/std"] > 0 for r in rows)
+    for key in ("actor/kl", "actor/entropy", "response_length/mean"):
+        assert all(r.get(key) is not None for r in rows), key
+    assert rows[-1]["actor/kl"] > 0  # the policy moved away from the reference
+    png = (run / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "per-step metrics" in out and "SR" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["failed_rewards"] == 0
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["experiment"] == "smoke" and "trl" in meta["versions"]
+    # the final checkpoint is a Hugging Face directory transformers loads and generates from
+    tok = AutoTokenizer.from_pretrained(run / "final")
+    model = AutoModelForCausalLM.from_pretrained(run / "final")
+    enc = tok.apply_chat_template(
+        [chat("What is 2 + 3?")], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    gen = model.generate(**enc, max_new_tokens=8, do_sample=False)
+    assert gen.shape[1] > enc["input_ids"].shape[1]
+    assert model.config.head_dim >= 64 and model.config.architectures == ["Qwen3ForCausalLM"]
+
+
+REWARDS = ["sarl", "sarl_c_only", "sarl_l_only", "ground_truth", "ttrl", "empo", "empo_open_ended", "evol_rl"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reward", REWARDS)
+def test_grpo_runs_two_steps_with_each_reward(reward, policy_cache, tmp_path):
+    from hydra.utils import get_class
+
+    overrides = smoke(tmp_path, policy_cache, f"reward={reward}", "embedding=local", *FAST)
+    assert main(overrides) == 0
+    run = only_run_dir(tmp_path)
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    cfg, _ = compose_train_config(overrides)
+    declared = getattr(get_class(cfg.reward._target_), "diagnostic_keys", ()) or ()
+    diag = {k for r in rows for k in r if k.startswith("reward/") and k.endswith("/mean")} - {"reward/mean"}
+    assert diag, f"no reward diagnostics logged for {reward}"
+    if declared:
+        assert diag <= {f"reward/{k}/mean" for k in declared}
+    assert all("reward/failed" in r and "reward/mean" in r for r in rows)
+    assert (run / "final" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_dpo_runs_two_steps_on_the_shipped_preference_pairs(policy_cache, tmp_path):
+    assert main(smoke(tmp_path, policy_cache, "algorithm=dpo", *FAST)) == 0
+    run = only_run_dir(tmp_path)
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r.get("loss") is not None for r in rows)
+    assert any(k.startswith("rewards/") for k in rows[0])  # TRL's DPO implicit-reward margins
+    assert (run / "final" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_from_its_last_checkpoint(policy_cache, tmp_path):
+    run = tmp_path / "run"
+    args = smoke(tmp_path, policy_cache, *FAST[:-1], "backend.max_steps=5", "train.save_freq=2", f"run_dir={run}")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sarl.train", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    state = run / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    try:
+        deadline = time.monotonic() + 300
+        while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state.exists(), "no checkpoint-2 before the interruption"
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the job is killed (preemption), not asked to stop
+        proc.wait(timeout=60)
+    assert not (run / "final").exists()
+    # the same command again: it finds checkpoint-2 (or a later one) and continues to step 5
+    assert main(args) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    resumed = summary["resumed_from"]
+    assert resumed is not None and Path(resumed).name in ("checkpoint-2", "checkpoint-4")
+    assert summary["steps"] == 5
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4, 5]
