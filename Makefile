@@ -8,7 +8,7 @@ setup-vllm:
 	bash scripts/setup_vllm_cpu.sh
 
 main: setup
-	.venv/bin/python -m sarl.score plot=true
+	.venv/bin/python -m sarl.train +exp=smoke
 
 test: setup setup-vllm
 	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest

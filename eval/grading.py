@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from sarl.steps import THINK_CLOSE
+from sarl.steps import THINK_CLOSE, THINK_OPEN
 
 log = logging.getLogger(__name__)
 
@@ -544,3 +544,37 @@ def extract_answers(responses: Sequence[object]) -> tuple[list[str | None], dict
         if not isinstance(r, str)
     }
     return [None if i in failed else extract_answer(r) for i, r in enumerate(responses)], failed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Benchmark scoring helpers (SPEC section 3)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def strip_thinking(text: str) -> str:
+    """The final answer part of a response (SPEC 3: answers are graded after stripping the thinking part):
+    the text after the last `</think>`; "" when a `<think>` block never closes (generation truncated while
+    thinking: there is no final answer); the whole text when there is no think tag at all."""
+    if not isinstance(text, str):
+        return ""
+    cut = text.rfind(THINK_CLOSE)
+    if cut >= 0:
+        return text[cut + len(THINK_CLOSE) :].strip()
+    if THINK_OPEN in text:
+        return ""
+    return text.strip()
+
+
+def avg_at_k(correct: list[list[bool]]) -> float:
+    """avg@k in percent (SARL Sec. 4.1, SPEC 3): per problem the mean of its k samples' 0/1 correctness,
+    then the mean over problems, times 100. Every problem must have the same k >= 1 samples."""
+    if not correct:
+        raise ValueError("avg@k of no problems: give at least one problem's samples")
+    k = len(correct[0])
+    for i, samples in enumerate(correct):
+        if len(samples) == 0 or len(samples) != k:
+            raise ValueError(
+                f"avg@k needs the same k >= 1 samples per problem: problem 0 has {k}, problem {i} has {len(samples)}"
+            )
+    per_problem = [sum(bool(c) for c in samples) / k for samples in correct]
+    return 100.0 * sum(per_problem) / len(per_problem)

@@ -93,23 +93,17 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
         return  # DPO learns from preference pairs; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
-        reward_cls = get_class(target)
+        get_class(target)
     except Exception as err:
         raise NotLandedError(f"reward '{choices['reward']}' ({target}) has not landed yet: {err}") from err
-    if backend == "verl" and getattr(reward_cls, "group_reward", False):
-        raise NotLandedError(
-            f"reward '{choices['reward']}' is a group reward; the verl trainer hook that feeds it "
-            "whole groups (sarl.backends.verl.reward.reward_dataproto) is not wired into a trainer "
-            "yet, so it cannot train on verl (backend=trl runs it on one machine)"
-        )
 
 
 def launch_command(run_dir: Path) -> list[str]:
-    """verl's own entry point on the config file this run wrote."""
+    """Our verl entry point (verl's PPO main with our TaskRunner) on the config file this run wrote."""
     return [
         sys.executable,
         "-m",
-        "verl.trainer.main_ppo",
+        "sarl.backends.verl.main",
         "--config-path",
         str(run_dir),
         "--config-name",
@@ -229,11 +223,11 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         sys.stderr.write(shlex.join(cmd) + "\n")
         return 0
     try:
-        import verl.trainer.main_ppo  # noqa: F401  (the entry point the run launches)
+        import sarl.backends.verl.main  # noqa: F401  (the entry point the run launches)
     except ImportError as err:
         raise NotLandedError(
-            f"verl's trainer cannot be imported here ({err}); on a GPU node install the "
-            "cluster stack with `pip install -e .[gpu]`"
+            f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
+            "on a GPU node with `pip install -e .[gpu]`"
         ) from err
     for name in ("train_files", "val_files"):
         path = Path(str(cfg.data[name]))

@@ -1,5 +1,6 @@
-"""A vLLM OpenAI-compatible embedding server run as a child process (SARL App. A.3: a standalone
-server for the embedding model on its own port, ~5% of one GPU's memory).
+"""vLLM OpenAI-compatible servers run as child processes: `VLLMServer` for any model (the
+evaluation's generation server), `EmbeddingServer` for an embedding model (SARL App. A.3: a
+standalone server for the embedding model on its own port, ~5% of one GPU's memory).
 
 Started, health-checked and stopped by this program: it stops only the process group it
 started, by id, on exit, on error and on interruption.
@@ -35,7 +36,7 @@ VLLM_CPU_ENV = {
 }
 
 # vLLM's CPU build downcasts to float16 by default, which CPUs run slowly (SARL's GPU set-up keeps the default).
-VLLM_CPU_ARGS = ("--dtype", "float32")
+VLLM_CPU_ARGS = ("--dtype", "float32", "--enforce-eager")  # float16 is ~10x slower on CPUs; eager starts ~2x faster
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,8 +45,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-class EmbeddingServer:
-    """`python -m vllm.entrypoints.openai.api_server --runner pooling` for one embedding model."""
+class VLLMServer:
+    """`python -m vllm.entrypoints.openai.api_server --model MODEL` (plus `--runner RUNNER` when given)."""
+
+    label = "vLLM server"
+    runner: str | None = None
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class EmbeddingServer:
         env: dict[str, str] | None = None,
         startup_timeout_s: float = 600.0,
         log_path: str | Path | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         self.model = model
         self.served_name = served_name or model
@@ -69,7 +74,8 @@ class EmbeddingServer:
         self.extra_args = list(extra_args)
         self.env = env or {}
         self.startup_timeout_s = startup_timeout_s
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="sarl-embed-")) / "server.log"
+        self.max_model_len = max_model_len
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="sarl-vllm-")) / "server.log"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -83,8 +89,7 @@ class EmbeddingServer:
             "vllm.entrypoints.openai.api_server",
             "--model",
             self.model,
-            "--runner",
-            "pooling",
+            *(["--runner", self.runner] if self.runner else []),
             "--host",
             self.host,
             "--port",
@@ -94,6 +99,8 @@ class EmbeddingServer:
         ]
         if self.gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.max_model_len is not None:
+            cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args
 
     def log_tail(self, n_chars: int = 4000) -> str:
@@ -102,11 +109,11 @@ class EmbeddingServer:
         except OSError:
             return ""
 
-    def start(self) -> EmbeddingServer:
+    def start(self) -> VLLMServer:
         """Start the server and wait until /health answers; on failure nothing is left running."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
-        log.info("starting embedding server: %s (log %s)", " ".join(self.command()), self.log_path)
+        log.info("starting %s: %s (log %s)", self.label, " ".join(self.command()), self.log_path)
         with self.log_path.open("wb") as out:
             self.proc = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -117,15 +124,15 @@ class EmbeddingServer:
                 code = self.proc.returncode
                 self.proc = None
                 raise RuntimeError(
-                    f"embedding server exited with code {code} before becoming healthy; log tail:\n{self.log_tail()}"
+                    f"{self.label} exited with code {code} before becoming healthy; log tail:\n{self.log_tail()}"
                 )
             if self.healthy():
-                log.info("embedding server healthy at %s", self.url)
+                log.info("%s healthy at %s", self.label, self.url)
                 return self
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(
-                    f"embedding server at {self.url} not healthy after {self.startup_timeout_s:.0f} s; "
+                    f"{self.label} at {self.url} not healthy after {self.startup_timeout_s:.0f} s; "
                     f"log tail:\n{self.log_tail()}"
                 )
             time.sleep(1.0)
@@ -158,8 +165,15 @@ class EmbeddingServer:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> EmbeddingServer:
+    def __enter__(self) -> VLLMServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class EmbeddingServer(VLLMServer):
+    """`python -m vllm.entrypoints.openai.api_server --runner pooling` for one embedding model."""
+
+    label = "embedding server"
+    runner = "pooling"

@@ -1,11 +1,9 @@
-import pytest
+"""Fixtures of the evaluation tests: defined in eval_helpers.py (which test modules import by that unique name)."""
 
-from eval.grading import Grader
-
-
-@pytest.fixture(scope="session")
-def grader():
-    """One math-verify worker for the grading tests (the timeout tests make their own)."""
-    g = Grader(timeout_s=5.0)
-    yield g
-    g.close()
+from eval_helpers import (  # noqa: F401  (pytest finds fixtures by name in this module)
+    chat_server,
+    eval_data_dir,
+    grader,
+    one_torch_thread,
+    tiny_chat_model,
+)

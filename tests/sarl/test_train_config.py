@@ -190,7 +190,7 @@ def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
     v = yaml.safe_load(proc.stdout)  # stdout is YAML and nothing else
     assert v["actor_rollout_ref"]["rollout"]["n"] == 8 and v["algorithm"]["adv_estimator"] == "grpo"
     last = proc.stderr.strip().splitlines()[-1]
-    assert "-m verl.trainer.main_ppo --config-path" in last and "--config-name verl_trainer" in last
+    assert "-m sarl.backends.verl.main --config-path" in last and "--config-name verl_trainer" in last
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
@@ -199,8 +199,8 @@ def test_a_real_run_checks_the_trainer_and_the_data_before_writing_anything(tmp_
 
     cfg_args = ["+exp=grpo_sarl_math", f"paths.root={tmp_path}"]
     try:
-        import verl.trainer.main_ppo  # noqa: F401
-    except ImportError:  # the CPU environment: no verl trainer stack
+        import sarl.backends.verl.main  # noqa: F401
+    except ImportError:  # an environment without verl's V1 trainer stack
         assert main(cfg_args) == 2
     else:
         with pytest.raises(FileNotFoundError, match="prepare the 'aime_1983_2024' set"):

@@ -15,12 +15,27 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 REWARD_FN_PATH = "pkg://sarl.backends.verl.reward"
 REWARD_FN_NAME = "compute_score"
+# The V1 trainer that sarl.backends.verl.trainer registers with verl (`register_trainer`); its own
+# settings live in `trainer.v1.<name>`, verl's convention for a trainer mode's section.
+TRAINER_NAME = "sarl"
 
 
-def verl_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any]:
-    """Our config in verl's keys (SARL Tables 6-7 and App. A.3 live in `cfg.train`/`cfg.backend`)."""
+def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bool = False) -> dict[str, Any]:
+    """Our config in verl's keys (SARL Tables 6-7 and App. A.3 live in `cfg.train`/`cfg.backend`).
+
+    A group reward (TTRL, EMPO, EVOL-RL) is scored by the trainer on whole groups: verl generates
+    `train.rollout_n` rollouts per prompt (the votes) and trains on `train.n_trained` of them, so
+    verl's `rollout.n`, which sizes every training batch, is `n_trained`; no per-sample reward
+    function and no reward workers. A per-response reward streams through `compute_score`."""
     t, b, a = cfg.train, cfg.backend, cfg.algorithm
     micro = t.micro_batch_size_per_gpu
+    if not 1 <= t.n_trained <= t.rollout_n:
+        raise ValueError(f"train.n_trained must lie in [1, train.rollout_n={t.rollout_n}], got {t.n_trained}")
+    if not group_reward and t.n_trained != t.rollout_n:
+        raise ValueError(
+            f"train.n_trained={t.n_trained} < train.rollout_n={t.rollout_n} needs a group reward (TTRL, "
+            "EVOL-RL vote on all rollouts and train on some); a per-response reward trains on every rollout"
+        )
     values: dict[str, Any] = {
         "algorithm.adv_estimator": a.adv_estimator,
         "algorithm.use_kl_in_reward": t.use_kl_in_reward,
@@ -49,7 +64,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any
         "actor_rollout_ref.actor.clip_ratio_low": t.clip_ratio_low,
         "actor_rollout_ref.actor.clip_ratio_high": t.clip_ratio_high,
         "actor_rollout_ref.rollout.name": b.rollout_engine,
-        "actor_rollout_ref.rollout.n": t.rollout_n,
+        "actor_rollout_ref.rollout.n": t.n_trained,
         "actor_rollout_ref.rollout.temperature": t.temperature,
         "actor_rollout_ref.rollout.gpu_memory_utilization": b.rollout_gpu_memory_utilization,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
@@ -61,9 +76,9 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any
         "critic.model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
         "critic.model.enable_activation_offload": b.enable_activation_offload,
         "critic.ppo_micro_batch_size_per_gpu": micro,
-        "reward.custom_reward_function.path": REWARD_FN_PATH,
+        "reward.custom_reward_function.path": None if group_reward else REWARD_FN_PATH,
         "reward.custom_reward_function.name": REWARD_FN_NAME,
-        "reward.num_workers": b.reward_num_workers,
+        "reward.num_workers": 0 if group_reward else b.reward_num_workers,
         "trainer.critic_warmup": t.critic_warmup,
         "trainer.total_epochs": t.total_epochs,
         "trainer.save_freq": t.save_freq,
@@ -75,6 +90,8 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any
         "trainer.experiment_name": experiment,
         "trainer.default_local_dir": f"{run_dir}/checkpoints",
         "trainer.resume_mode": "auto",
+        "trainer.use_v1": True,
+        "trainer.v1.trainer_mode": TRAINER_NAME,
     }
     if cfg.model.tokenizer_path:
         values["actor_rollout_ref.model.tokenizer_path"] = cfg.model.tokenizer_path
@@ -107,10 +124,16 @@ def compose_verl_base() -> DictConfig:
 
 def build_verl_config(cfg: DictConfig, reward_cfg: dict, run_dir: str, experiment: str) -> DictConfig:
     """verl's trainer config with our values; `reward_cfg` (the resolved reward node) travels
-    to verl's reward workers as `reward.custom_reward_function.reward_kwargs`."""
+    to verl's reward workers (per-response rewards) or our trainer (group rewards) as
+    `reward.custom_reward_function.reward_kwargs.reward`."""
+    from sarl.backends.verl.reward import is_group_reward
+
+    group_reward = is_group_reward(reward_cfg)
+    if group_reward:
+        _check_votes(reward_cfg, cfg.train)
     base = compose_verl_base()
     OmegaConf.set_struct(base, True)
-    for key, value in verl_values(cfg, run_dir, experiment).items():
+    for key, value in verl_values(cfg, run_dir, experiment, group_reward).items():
         try:
             OmegaConf.update(base, key, value, merge=False)
         except Exception as err:  # omegaconf raises several error types for a missing key
@@ -120,7 +143,21 @@ def build_verl_config(cfg: DictConfig, reward_cfg: dict, run_dir: str, experimen
             ) from err
     with read_write(base.reward.custom_reward_function), open_dict(base.reward.custom_reward_function):
         base.reward.custom_reward_function.reward_kwargs = {"reward": reward_cfg}
+    with read_write(base.trainer.v1), open_dict(base.trainer.v1):
+        # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset
+        base.trainer.v1[TRAINER_NAME] = {"n_votes": cfg.train.rollout_n, "seed": cfg.seed}
     return base
+
+
+def _check_votes(reward_cfg: dict, train: DictConfig) -> None:
+    """A reward that counts its own votes (TTRL's n_votes / n_samples) must agree with the rollouts."""
+    for key, value in (("n_votes", train.rollout_n), ("n_samples", train.n_trained)):
+        if key in reward_cfg and reward_cfg[key] != value:
+            name = "rollout_n" if key == "n_votes" else "n_trained"
+            raise ValueError(
+                f"reward.{key}={reward_cfg[key]} but train.{name}={value}: the trainer generates "
+                f"train.rollout_n votes per prompt and trains on train.n_trained; set both alike"
+            )
 
 
 def validate_verl_config(config: DictConfig) -> None:

@@ -56,17 +56,57 @@ def output_row(output: RewardOutput, keys: Sequence[str]) -> dict[str, float]:
 def reward_metrics(outputs: Sequence[RewardOutput], keys: Sequence[str]) -> dict[str, float]:
     """`reward/<name>/mean` for every diagnostic (over the responses that define it),
     `reward/score/mean|std` and `reward/failed` (a count)."""
-    scores = np.array([o.score for o in outputs], dtype=np.float64)
+    return row_metrics([output_row(o, keys) for o in outputs])
+
+
+def row_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The `reward/*` metrics of a batch from its reward-info rows (`output_row` dicts, the
+    `reward_extra_info` verl keeps per sample): `reward/score/mean|std`, `reward/failed` (a count)
+    and `reward/<name>/mean` for every other key, over the rows where it is defined (not NaN);
+    a key no row defines gives no metric."""
+    scores = np.array([float(r["score"]) for r in rows], dtype=np.float64)
     metrics = {
         "reward/score/mean": float(scores.mean()) if len(scores) else math.nan,
         "reward/score/std": float(scores.std()) if len(scores) else math.nan,
-        "reward/failed": float(sum(o.failed is not None for o in outputs)),
+        "reward/failed": float(sum(float(r.get(FAILED_KEY, 0.0)) for r in rows)),
     }
+    keys: dict[str, None] = {}
+    for r in rows:
+        keys.update(dict.fromkeys(k for k in r if k not in ("score", FAILED_KEY)))
     for k in keys:
-        vals = [o.diagnostics[k] for o in outputs if k in o.diagnostics]
+        vals = []
+        for r in rows:
+            value = r.get(k, math.nan)
+            try:
+                value = float(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"reward info {k!r} = {value!r} is not a number; diagnostics must be floats") from err
+            if not math.isnan(value):
+                vals.append(value)
         if vals:
             metrics[f"reward/{k}/mean"] = float(np.mean(vals))
     return metrics
+
+
+def is_group_reward(reward_cfg: dict) -> bool:
+    """Whether the reward a `conf/reward/*` node builds needs whole groups (`group_reward = True`),
+    read off its class without building it."""
+    target = reward_cfg.get("_target_") if reward_cfg else None
+    if not target:
+        return False
+    from hydra.utils import get_class
+
+    return bool(getattr(get_class(target), "group_reward", False))
+
+
+def score_rollouts(reward: Any, batch: RolloutBatch) -> tuple[list[RewardOutput], list[dict[str, float]]]:
+    """The reward's outputs for a batch and one reward-info row per response, every row with the
+    same keys (score, each diagnostic, failed)."""
+    outputs = reward(batch)
+    if len(outputs) != len(batch):
+        raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
+    keys = diagnostic_keys(reward, outputs)
+    return outputs, [output_row(o, keys) for o in outputs]
 
 
 # -- per-sample path (verl's custom_reward_function) -------------------------------------
@@ -219,11 +259,7 @@ def reward_dataproto(data: Any, reward: Any, tokenizer: Any) -> tuple[Any, dict[
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
     batch = rollout_batch_from_dataproto(data, tokenizer)
-    outputs = reward(batch)
-    if len(outputs) != len(batch):
-        raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
-    keys = diagnostic_keys(reward, outputs)
-    rows = [output_row(o, keys) for o in outputs]
+    _, rows = score_rollouts(reward, batch)
     rm_scores = RewardManagerBase.assemble_rm_scores(data, [r["score"] for r in rows])
     extra_keys = [k for k in rows[0] if k != "score"] if rows else []
     non_tensor = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in extra_keys}
@@ -232,4 +268,4 @@ def reward_dataproto(data: Any, reward: Any, tokenizer: Any) -> tuple[Any, dict[
         non_tensor_batch=non_tensor,
         meta_info={"reward_extra_keys": extra_keys},
     )
-    return out, reward_metrics(outputs, keys)
+    return out, row_metrics(rows)

@@ -273,3 +273,52 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(policy_cache, tmp_p
     assert summary["steps"] == 5
     steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
     assert steps == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_prepared_data_trained_smoke_checkpoint_is_evaluated_by_eval_run(policy_cache, tmp_path):
+    """The whole loop on CPU: sarl.data.prepare builds a benchmark from shipped real rows, the smoke run
+    trains, and eval.run (transformers back end) scores the saved checkpoint on that benchmark."""
+    from eval.run import main as eval_main
+
+    prep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sarl.data.prepare",
+            "dataset=aime25",
+            f"source.local_file={REPO / 'tests/fixtures/data/aime25.jsonl'}",
+            "expected_count=3",
+            f"paths.root={tmp_path}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert prep.returncode == 0, prep.stderr[-2000:]
+    assert (tmp_path / "data" / "aime25" / "test.parquet").exists()
+    assert main(smoke(tmp_path, policy_cache, *FAST)) == 0
+    final = only_run_dir(tmp_path) / "final"
+    rc = eval_main(
+        [
+            f"ckpt={final}",
+            f"paths.root={tmp_path}",
+            "benchmarks.math=[aime25]",
+            "benchmarks.wildbench=[]",
+            "sampling.n=2",
+            "sampling.max_tokens=48",
+            "sampling.top_k=null",
+            "generator.backend=transformers",
+            "generator.transformers.device=cpu",
+            "logger=none",
+        ]
+    )
+    assert rc == 0
+    (results,) = (tmp_path / "runs" / "eval").glob("*/*/results.json")
+    data = json.loads(results.read_text())
+    assert data["complete"] and data["run"]["ckpt"] == str(final)
+    bench = data["math"]["benchmarks"]["aime25"]
+    assert 0.0 <= bench["avg_at_k"] <= 100.0
+    problems = [json.loads(line) for line in (results.parent / "problems.jsonl").read_text().splitlines()]
+    assert len(problems) == 3 and all(len(p["samples"]) == 2 for p in problems)

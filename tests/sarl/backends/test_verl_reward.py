@@ -9,7 +9,7 @@ import torch
 from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
 
-from sarl.backends.verl.reward import reward_dataproto, rollout_batch_from_dataproto
+from sarl.backends.verl.reward import is_group_reward, reward_dataproto, rollout_batch_from_dataproto, row_metrics
 from sarl.interface import RewardOutput
 from sarl.reward import StructureReward
 
@@ -109,6 +109,28 @@ def test_group_reward_sees_each_prompts_rollouts_whatever_the_order(tokenizer):
     perm = [5, 0, 3, 2, 4, 1]
     out2, _ = reward_dataproto(data.select_idxs(perm), GroupRank(), tokenizer)
     assert out2.batch["rm_scores"].sum(1).tolist() == [scores[i] for i in perm]
+
+
+def test_row_metrics_worked_values_and_a_non_number_is_an_error():
+    rows = [
+        {"score": 1.0, "C": 1.0, "L": np.nan, "failed": 0.0},
+        {"score": 0.0, "C": np.nan, "L": np.nan, "failed": 1.0},
+    ]
+    # C over the rows that define it; L defined nowhere gives no metric; failed is a count
+    assert row_metrics(rows) == {
+        "reward/score/mean": 0.5,
+        "reward/score/std": 0.5,
+        "reward/failed": 1.0,
+        "reward/C/mean": 1.0,
+    }
+    with pytest.raises(TypeError, match="'C'"):
+        row_metrics([{"score": 1.0, "C": "high"}])
+
+
+def test_group_rewards_are_known_by_their_class_without_building_them():
+    assert is_group_reward({"_target_": "baselines.ttrl.TTRLReward", "n_votes": 4})
+    assert is_group_reward({"_target_": "baselines.evol_rl.EvolRLReward", "embedder": {"_target_": "nowhere.Missing"}})
+    assert not is_group_reward({"_target_": "sarl.reward.StructureReward"}) and not is_group_reward({})
 
 
 def test_missing_uid_is_a_clear_error(tokenizer):

@@ -1,0 +1,66 @@
+"""A weighted sum of rewards, e.g. Structured Reasoning's JOINT reward, FLOW:LCS 1:1 (seed 004 Table 11).
+
+score = sum_c weight_c * score_c over the components; each component's diagnostics are reported as
+`<component>/<key>`, its score as `<component>/score`. A row fails (`failed`, score `failed_score`) when any
+component fails it; the reasons are joined.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from sarl.interface import RewardOutput, RolloutBatch
+
+
+class WeightedSumReward:
+    """`components`: name -> reward object; `weights`: name -> weight (the same names)."""
+
+    # The components see whole batches; one of them may need a prompt's siblings (LCS does), so a backend
+    # must hand this reward whole groups.
+    group_reward = True
+
+    def __init__(self, components: Mapping[str, Any], weights: Mapping[str, float], failed_score: float = 0.0) -> None:
+        if not components:
+            raise ValueError("WeightedSumReward needs at least one component")
+        if set(components) != set(weights):
+            raise ValueError(f"weights must name the components exactly: {sorted(components)} vs {sorted(weights)}")
+        bad = {k: v for k, v in weights.items() if not math.isfinite(float(v))}
+        if bad:
+            raise ValueError(f"weights must be finite, got {bad}")
+        self.components = dict(components)
+        self.weights = {k: float(v) for k, v in weights.items()}
+        self.failed_score = float(failed_score)
+
+    @property
+    def diagnostic_keys(self) -> tuple[str, ...]:
+        keys: list[str] = []
+        for name, reward in self.components.items():
+            keys.append(f"{name}/score")
+            keys.extend(f"{name}/{k}" for k in getattr(reward, "diagnostic_keys", ()))
+        return tuple(keys)
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+        results = {}
+        for name, reward in self.components.items():
+            outputs = reward(batch)
+            if len(outputs) != len(batch):
+                raise RuntimeError(f"component {name!r} returned {len(outputs)} outputs for {len(batch)} rows")
+            results[name] = outputs
+        out = []
+        for i in range(len(batch)):
+            diag: dict[str, float] = {}
+            reasons = []
+            score = 0.0
+            for name, outputs in results.items():
+                o = outputs[i]
+                diag[f"{name}/score"] = o.score
+                diag.update({f"{name}/{k}": v for k, v in o.diagnostics.items()})
+                if o.failed:
+                    reasons.append(f"{name}: {o.failed}")
+                score += self.weights[name] * o.score
+            if reasons:
+                out.append(RewardOutput(self.failed_score, diag, "; ".join(reasons)))
+            else:
+                out.append(RewardOutput(score, diag))
+        return out

@@ -1,0 +1,473 @@
+"""Graph Reasoning Paradigm rewards and PASC-GRPO's SCAE advantage (seed 003 Sec. 3.1-3.2).
+
+Output format (the paper shows it only in figures; our serialisation): inside `<think>...</think>`, blocks
+wrapped in one of 7 cognitive labels, one node per line as a JSON object, the final answer in
+`<answer>...</answer>` after `</think>`:
+
+    <think>
+    <known>
+    {"id": 1, "parents_id": [], "content": "x + y = 10"}
+    {"id": 2, "parents_id": [], "content": "x - y = 2"}
+    </known>
+    <aggregate>
+    {"id": 3, "parents_id": [1, 2], "content": "2x = 12, so x = 6"}
+    </aggregate>
+    </think>
+    <answer>\\boxed{6}</answer>
+
+A node is v = (id, parents_id, content) (Eq. 1); edges run parent -> child. Rewards, each in [0, 1]:
+- R_fmt = (R_dens + R_topo + R_para) / 3 (Eq. 2): R_dens (Eq. 3) the share of aggregate/refine nodes whose
+  label block holds exactly one node; R_topo (Eq. 4-5) the share of known/aggregate/refine nodes with the
+  right parent count (known 0, aggregate > 1, refine 1); R_para (Eq. 6) the share of label blocks in which
+  no node is a parent of another.
+- R_conn = 1 / (number of weakly connected components) (Eq. 7).
+- R_ers = tokens of the effective reasoning subgraph {v : start ~> v ~> end} / tokens of all nodes (Eq. 8-9).
+- R_reach = 1 if a directed path start ~> end exists (Eq. 10).
+- R_rev = share of nodes from which the answer node is reachable (Eq. 11-12).
+- R_graph = w1 R_fmt + w2 R_conn + w3 R_ers + w4 R_reach + w5 R_rev, sum w = 1 (Eq. 13).
+
+SCAE (Sec. 3.2.2, Eq. 14-16), per group with mean accuracy r̄ and mean aux reward r̄+ / r̄- over its correct /
+wrong rollouts: correct A_i = (1 - r̄) + max(0, aux_i - r̄+); wrong A_j = -r̄ + min(0, aux_j - r̄-); no std
+normalisation.
+
+Decisions where the paper is silent (seed-003 notes):
+- the parser is strict and total: a line that is not an opening label, a closing label or one JSON object
+  with exactly the keys id (int), parents_id (list of int) and content (str); text outside label blocks; an
+  unknown label; nested, unclosed or empty blocks; duplicate ids; or no `</think>` (truncated) -> a parse
+  failure, R_graph = 0, counted by reason. It never raises on model output.
+- dangling parent ids are dropped and counted; a repeated parent id counts once; a node listing itself as
+  a parent makes a cycle; a cycle sets R_topo and R_reach to 0.
+- start = the first known node (`start="all_known"`: any known node, the plural "initial conditions" of
+  Sec. 3.2.1), end = the answer node = the last node (in text order); ~> is reflexive (a node reaches
+  itself), so a one-node graph has R_reach = R_rev = 1 when that node is known.
+- empty denominators give 1 for R_dens, R_topo and R_para (nothing violated); R_ers = 0 when there is no
+  start ~> end path or the nodes hold no tokens; token counts via `baselines.token_count` (the policy
+  tokenizer when configured, else whitespace words).
+- default weights uniform (0.2 each).
+- accuracy: the `\\boxed{}` inside the last `<answer>` block, or the block's whole text when it has none,
+  checked against the gold answer with `eval.grading`.
+
+In verl, PASC-GRPO needs both accuracy and R_graph per rollout, and a registered advantage estimator sees
+only the scalar reward; `GRPReward(combine="scae")` therefore packs them into one score (`pack_scae`), and
+the `scae` estimator (`register_verl`) unpacks it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import networkx as nx
+import numpy as np
+
+from baselines.ground_truth import GroundTruthReward
+from baselines.token_count import TokenCounter
+from eval.grading import Grader, default_grader, extract_answer
+from sarl.interface import RewardOutput, RolloutBatch
+from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
+
+log = logging.getLogger(__name__)
+
+LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # seed 003 App. B
+REWARD_NAMES = ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")  # the terms of Eq. (13), in order
+DEFAULT_WEIGHTS = {name: 0.2 for name in REWARD_NAMES}
+SCAE_ESTIMATOR = "scae"
+START_MODES = ("first_known", "all_known")
+
+_LINE = re.compile(r"^(?:<(\w+)>)?(.*?)(?:</(\w+)>)?$", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass
+class Node:
+    """v = (id, parents_id, content) (seed 003 Eq. 1), with its label and label block."""
+
+    id: int
+    parents: list[int]
+    content: str
+    label: str
+    block: int
+
+
+@dataclass
+class GraphParse:
+    """A parsed response: the nodes in text order, the label blocks (node ids per block), the answer text,
+    and the reason the parse failed (None if it did not)."""
+
+    nodes: list[Node] = field(default_factory=list)
+    blocks: list[list[int]] = field(default_factory=list)
+    answer: str | None = None
+    error: str | None = None
+
+
+def _node(obj: Any) -> tuple[int, list[int], str] | str:
+    """The fields of one node object, or the reason it is not one."""
+    if not isinstance(obj, dict):
+        return "a node line is not a JSON object"
+    if set(obj) != {"id", "parents_id", "content"}:
+        return "a node must have exactly the keys id, parents_id, content"
+    nid, parents, content = obj["id"], obj["parents_id"], obj["content"]
+    if isinstance(nid, bool) or not isinstance(nid, int):
+        return "a node id is not an integer"
+    if not isinstance(parents, list) or any(isinstance(p, bool) or not isinstance(p, int) for p in parents):
+        return "parents_id is not a list of integers"
+    if not isinstance(content, str):
+        return "a node's content is not a string"
+    return nid, list(parents), content
+
+
+def parse_graph(response: Any) -> GraphParse:
+    """The reasoning graph of a response in GRP's format (module docstring). Total: never raises; a
+    malformed response gives `GraphParse.error` (the first problem found)."""
+    if not isinstance(response, str):
+        return GraphParse(error="response is not text")
+    text, _ = sanitize(response)
+    open_at = text.find(THINK_OPEN)
+    body_start = open_at + len(THINK_OPEN) if open_at >= 0 else 0
+    close_at = text.find(THINK_CLOSE, body_start)
+    answers = _ANSWER.findall(text[close_at:]) if close_at >= 0 else []
+    out = GraphParse(answer=answers[-1].strip() if answers else None)
+    if close_at < 0:
+        out.error = "truncated: no </think>"
+        return out
+    label: str | None = None
+    ids: set[int] = set()
+    for raw in text[body_start:close_at].split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _LINE.match(line)
+        opening, middle, closing = m.group(1), m.group(2).strip(), m.group(3)
+        if opening is not None:
+            if opening not in LABELS:
+                out.error = f"unknown label <{opening}>"
+                return out
+            if label is not None:
+                out.error = f"<{opening}> opened inside <{label}>"
+                return out
+            label = opening
+            out.blocks.append([])
+        if middle:
+            if label is None:
+                out.error = "text outside a label block"
+                return out
+            try:
+                fields = _node(json.loads(middle))
+            except (ValueError, RecursionError):
+                fields = "a node line is not valid JSON"
+            if isinstance(fields, str):
+                out.error = fields
+                return out
+            nid, parents, content = fields
+            if nid in ids:
+                out.error = f"duplicate node id {nid}"
+                return out
+            ids.add(nid)
+            out.nodes.append(Node(nid, parents, content, label, len(out.blocks) - 1))
+            out.blocks[-1].append(nid)
+        if closing is not None:
+            if closing != label:
+                out.error = f"</{closing}> does not close <{label}>" if label else f"</{closing}> closes nothing"
+                return out
+            if not out.blocks[-1]:
+                out.error = f"empty <{label}> block"
+                return out
+            label = None
+    if label is not None:
+        out.error = f"<{label}> is never closed"
+    elif not out.nodes:
+        out.error = "no nodes"
+    return out
+
+
+def reasoning_graph(parse: GraphParse) -> tuple[nx.DiGraph, Counter]:
+    """Directed graph parent -> child of a parsed response, and counts of what was dropped
+    (`dangling_parents`: ids that are no node; `repeated_parents`)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(n.id for n in parse.nodes)
+    dropped: Counter = Counter()
+    for n in parse.nodes:
+        seen = set()
+        for p in n.parents:
+            if p in seen:
+                dropped["repeated_parents"] += 1
+            elif p not in g:
+                dropped["dangling_parents"] += 1
+            else:
+                g.add_edge(p, n.id)
+            seen.add(p)
+    return g, dropped
+
+
+def _reach(g: nx.DiGraph, source: int) -> set[int]:
+    """Nodes reachable from `source`, itself included (~> is reflexive)."""
+    return nx.descendants(g, source) | {source}
+
+
+def _reached_by(g: nx.DiGraph, target: int) -> set[int]:
+    """Nodes that reach `target`, itself included."""
+    return nx.ancestors(g, target) | {target}
+
+
+def graph_rewards(parse: GraphParse, count_tokens: Any = None, start: str = "first_known") -> dict[str, float]:
+    """The rewards of seed 003 Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
+    `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`, `repeated_parents`.
+
+    `start`: "first_known" (v_start is the first known node, the notes' decision) or "all_known" (every
+    known node is an initial condition: v ~> end from any of them)."""
+    if start not in START_MODES:
+        raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
+    if parse.error is not None or not parse.nodes:
+        raise ValueError(f"graph_rewards needs a parsed graph; this parse failed: {parse.error or 'no nodes'}")
+    count_tokens = count_tokens or TokenCounter()
+    g, dropped = reasoning_graph(parse)
+    nodes = parse.nodes
+    parents = {n.id: set(g.predecessors(n.id)) for n in nodes}
+    block_size = [len(b) for b in parse.blocks]
+    cycle = not nx.is_directed_acyclic_graph(g)
+
+    ar = [n for n in nodes if n.label in ("aggregate", "refine")]
+    r_dens = float(np.mean([block_size[n.block] == 1 for n in ar])) if ar else 1.0  # Eq. (3)
+
+    def phi(n: Node) -> bool:  # Eq. (5)
+        k = len(parents[n.id])
+        return {"known": k == 0, "aggregate": k > 1, "refine": k == 1}[n.label]
+
+    kar = [n for n in nodes if n.label in ("known", "aggregate", "refine")]
+    r_topo = 0.0 if cycle else (float(np.mean([phi(n) for n in kar])) if kar else 1.0)  # Eq. (4)
+    r_para = float(np.mean([not any(p in set(b) for nid in b for p in parents[nid]) for b in parse.blocks]))  # Eq. (6)
+    r_fmt = (r_dens + r_topo + r_para) / 3.0  # Eq. (2)
+    r_conn = 1.0 / nx.number_weakly_connected_components(g)  # Eq. (7)
+
+    known = [n.id for n in nodes if n.label == "known"]
+    starts = known[:1] if start == "first_known" else known
+    end = nodes[-1].id
+    reaches_end = _reached_by(g, end)
+    sources = [s for s in starts if s in reaches_end]
+    r_reach = float(bool(sources) and not cycle)  # Eq. (10)
+    ers = set().union(*(_reach(g, s) for s in sources)) & reaches_end  # Eq. (8)
+    tokens = {n.id: count_tokens(n.content) for n in nodes}
+    total = sum(tokens.values())
+    r_ers = sum(tokens[v] for v in ers) / total if total > 0 else 0.0  # Eq. (9)
+    r_rev = len(reaches_end) / len(nodes)  # Eq. (11)-(12)
+    return {
+        "R_fmt": r_fmt,
+        "R_dens": r_dens,
+        "R_topo": r_topo,
+        "R_para": r_para,
+        "R_conn": r_conn,
+        "R_ers": r_ers,
+        "R_reach": r_reach,
+        "R_rev": r_rev,
+        "n_nodes": float(len(nodes)),
+        "n_edges": float(g.number_of_edges()),
+        "n_blocks": float(len(parse.blocks)),
+        "cycle": float(cycle),
+        "dangling_parents": float(dropped["dangling_parents"]),
+        "repeated_parents": float(dropped["repeated_parents"]),
+    }
+
+
+def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Eq. (13)'s weights: one per reward in REWARD_NAMES, non-negative, summing to 1."""
+    if set(weights) != set(REWARD_NAMES):
+        raise ValueError(f"GRP weights must name exactly {list(REWARD_NAMES)}, got {sorted(weights)}")
+    w = {k: float(v) for k, v in weights.items()}
+    if any(v < 0 or not math.isfinite(v) for v in w.values()):
+        raise ValueError(f"GRP weights must be finite and >= 0, got {w}")
+    if abs(sum(w.values()) - 1.0) > 1e-9:
+        raise ValueError(f"GRP weights must sum to 1 (seed 003 Eq. 13), got {sum(w.values())}")
+    return w
+
+
+def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT_WEIGHTS) -> float:
+    """Seed 003 Eq. (13): R_graph = sum_i w_i R_i."""
+    return float(sum(weights[k] * rewards[k] for k in REWARD_NAMES))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SCAE (PASC-GRPO)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def scae_advantages(acc: np.ndarray, aux: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
+    """Seed 003 Eq. (14)-(16): per group, A_i = (1 - r̄) + max(0, aux_i - r̄+) for a correct rollout and
+    A_j = -r̄ + min(0, aux_j - r̄-) for a wrong one; r̄ the group's mean accuracy, r̄+ / r̄- the mean aux
+    reward over its correct / wrong rollouts. Accuracy must be 0 or 1."""
+    acc = np.asarray(acc, dtype=np.float64)
+    aux = np.asarray(aux, dtype=np.float64)
+    group_ids = np.asarray(group_ids)
+    if not (acc.ndim == aux.ndim == group_ids.ndim == 1 and len(acc) == len(aux) == len(group_ids)):
+        raise ValueError(
+            f"acc, aux and group_ids must be 1-D of one length, got {acc.shape}, {aux.shape}, {group_ids.shape}"
+        )
+    if not np.isin(acc, (0.0, 1.0)).all():
+        raise ValueError(f"SCAE needs accuracy in {{0, 1}}, got {sorted(set(acc.tolist()) - {0.0, 1.0})[:5]}")
+    if not np.isfinite(aux).all():
+        raise ValueError("SCAE needs finite auxiliary rewards")
+    adv = np.zeros(len(acc))
+    _, group = np.unique(group_ids, return_inverse=True)
+    for g in range(group.max() + 1 if len(group) else 0):
+        rows = np.flatnonzero(group == g)
+        correct = acc[rows] == 1.0
+        mean_acc = acc[rows].mean()
+        right, wrong = rows[correct], rows[~correct]
+        if len(right):  # Eq. (15): structure is only a bonus
+            adv[right] = (1.0 - mean_acc) + np.maximum(0.0, aux[right] - aux[right].mean())
+        if len(wrong):  # Eq. (16): structure is only a penalty
+            adv[wrong] = (0.0 - mean_acc) + np.minimum(0.0, aux[wrong] - aux[wrong].mean())
+    return adv
+
+
+# The packed score: correct -> 2 + aux in [2, 3], wrong -> aux - 3 in [-3, -2], so that the two bands cannot
+# be confused with each other nor with a plain [-1, 1] reward (a misconfigured run fails loudly).
+_SCAE_CORRECT, _SCAE_WRONG = 2.0, -3.0
+
+
+def pack_scae(acc: float, aux: float) -> float:
+    """One scalar that carries accuracy (0/1) and an aux reward in [0, 1] to the `scae` estimator."""
+    if acc not in (0.0, 1.0) or not 0.0 <= aux <= 1.0:
+        raise ValueError(f"pack_scae needs acc in {{0, 1}} and aux in [0, 1], got acc={acc}, aux={aux}")
+    return (_SCAE_CORRECT if acc == 1.0 else _SCAE_WRONG) + aux
+
+
+def unpack_scae(scores: np.ndarray, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+    """(acc, aux) from packed scores; ValueError if a score lies in neither band (not a packed score)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    acc = (scores > 0).astype(np.float64)
+    aux = scores - np.where(acc == 1.0, _SCAE_CORRECT, _SCAE_WRONG)
+    bad = ~((aux >= -tol) & (aux <= 1.0 + tol))
+    if bad.any():
+        raise ValueError(
+            f"the scae advantage estimator got rewards {scores[bad][:5].tolist()} outside [-3, -2] U [2, 3]: "
+            "it needs reward=grp with reward.combine=scae (accuracy and R_graph packed by baselines.grp.pack_scae)"
+        )
+    return acc, np.clip(aux, 0.0, 1.0)
+
+
+def register_verl() -> None:
+    """Registers SCAE as verl's advantage estimator `scae` (`algorithm.adv_estimator=scae`); idempotent.
+    It must run in the process that computes advantages (verl's trainer)."""
+    import torch
+    from verl.trainer.ppo import core_algos
+
+    if SCAE_ESTIMATOR in core_algos.ADV_ESTIMATOR_REGISTRY:
+        return
+
+    @core_algos.register_adv_est(SCAE_ESTIMATOR)
+    def compute_scae_outcome_advantage(
+        token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **_: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """PASC-GRPO's SCAE (seed 003 Eq. 14-16) on packed GRP scores, grouped by uid; outcome only."""
+        with torch.no_grad():
+            acc, aux = unpack_scae(token_level_rewards.sum(dim=-1).double().cpu().numpy())
+            adv = scae_advantages(acc, aux, np.asarray(index))
+            scores = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
+            advantages = scores.unsqueeze(-1) * response_mask
+        return advantages, advantages
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The reward
+# ---------------------------------------------------------------------------------------------------------
+
+COMBINE_MODES = ("sum", "scae")
+
+
+def _gradable(answer: str | None) -> str:
+    """The text `GroundTruthReward` grades: the `\\boxed{}` of the answer block, else the block boxed."""
+    if answer is None:
+        return ""
+    return answer if extract_answer(answer) is not None else f"\\boxed{{{answer}}}" if answer else ""
+
+
+class GRPReward:
+    """GRP's process-aware graph reward with accuracy (seed 003 Sec. 3.2).
+
+    combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
+    `pack_scae(acc, R_graph)` for the `scae` advantage estimator. Diagnostics: `acc`, `R_graph`, each
+    reward of Eq. (2)-(13), `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`,
+    `repeated_parents`, `parse_failed`, `no_answer`. A parse failure scores R_graph = 0 (counted by reason in
+    `parse_errors`); a missing gold answer fails the row (`failed`, accuracy 0).
+    """
+
+    diagnostic_keys = (
+        "acc",
+        "R_graph",
+        "R_fmt",
+        "R_dens",
+        "R_topo",
+        "R_para",
+        "R_conn",
+        "R_ers",
+        "R_reach",
+        "R_rev",
+        "n_nodes",
+        "n_edges",
+        "n_blocks",
+        "cycle",
+        "dangling_parents",
+        "repeated_parents",
+        "parse_failed",
+        "no_answer",
+    )
+
+    def __init__(
+        self,
+        weights: Mapping[str, float] | None = None,
+        combine: str = "sum",
+        acc_weight: float = 1.0,
+        start: str = "first_known",
+        tokenizer: Any = None,
+        grader: Grader | None = None,
+    ) -> None:
+        if start not in START_MODES:
+            raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
+        if combine not in COMBINE_MODES:
+            raise ValueError(f"combine={combine!r} is not valid; choose one of: {', '.join(COMBINE_MODES)}")
+        self.weights = check_weights(dict(weights) if weights is not None else DEFAULT_WEIGHTS)
+        self.combine = combine
+        self.acc_weight = float(acc_weight)
+        self.start = start
+        self.count_tokens = TokenCounter(tokenizer)
+        self.grader = grader
+        self.parse_errors: Counter[str] = Counter()
+        self.failure_counts: Counter[str] = Counter()
+
+    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+        parses = [parse_graph(r) for r in batch.responses]
+        to_grade = RolloutBatch(
+            prompts=list(batch.prompts),
+            responses=[_gradable(p.answer) for p in parses],
+            ground_truths=batch.ground_truths,
+        )
+        graded = GroundTruthReward(self.grader or default_grader())(to_grade)
+        out = []
+        for p, g in zip(parses, graded):
+            if p.error is None:
+                diag = graph_rewards(p, self.count_tokens, self.start)
+                diag["R_graph"] = r_graph(diag, self.weights)  # Eq. (13)
+                diag["parse_failed"] = 0.0
+            else:
+                self.parse_errors[p.error] += 1
+                diag = {"R_graph": 0.0, "parse_failed": 1.0}
+            acc = g.diagnostics.get("acc", 0.0)
+            diag.update({"acc": acc, "no_answer": float(p.answer is None or not p.answer)})
+            if self.combine == "scae":
+                score = pack_scae(acc, min(1.0, max(0.0, diag["R_graph"])))
+            else:
+                score = self.acc_weight * acc + diag["R_graph"]
+            out.append(RewardOutput(score, diag, g.failed))
+        failures = Counter(o.failed.split(":")[0] for o in out if o.failed)
+        if failures:
+            self.failure_counts.update(failures)
+            log.warning("GRP reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        n_bad = sum(p.error is not None for p in parses)
+        if n_bad:
+            log.info("GRP reward: %d of %d responses did not parse as a graph", n_bad, len(parses))
+        return out

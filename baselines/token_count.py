@@ -1,0 +1,34 @@
+"""Token counts of text pieces (GRP's I(v), seed 003 Eq. 9; LCS step lengths, seed 004 Eq. 6).
+
+With a tokenizer (a loaded one, or a path/id loaded on first use with `AutoTokenizer`), a count is the number
+of tokens the tokenizer gives without special tokens; without one (the default), the number of
+whitespace-separated words, so the rewards run with no model at hand. Choose the policy's tokenizer to count
+as the papers do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TokenCounter:
+    """`counter(text) -> int`."""
+
+    def __init__(self, tokenizer: Any = None) -> None:
+        self._spec = tokenizer
+        self._tokenizer = None if isinstance(tokenizer, str) else tokenizer
+
+    @property
+    def name(self) -> str:
+        if self._spec is None:
+            return "whitespace words"
+        return self._spec if isinstance(self._spec, str) else type(self._spec).__name__
+
+    def __call__(self, text: str) -> int:
+        if self._spec is None:
+            return len(text.split())
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self._spec)
+        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -1,0 +1,336 @@
+"""Aggregation and reporting: SARL Table 2's `Avg` and `Δ%`, Table 8's lengths, Table 3's WB Score, the
+structure statistics of Fig. 2a; results.json, results.md and problems.jsonl in the run directory, and W&B.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from eval.cache import atomic_write_text
+from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES
+
+log = logging.getLogger(__name__)
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """Arithmetic mean; None for no values."""
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else None
+
+
+def benchmark_average(scores: Mapping[str, float]) -> float:
+    """SARL Table 2 `Avg`: the unweighted mean of the per-benchmark avg@k scores (SPEC 3)."""
+    if not scores:
+        raise ValueError("the average over benchmarks needs at least one benchmark score")
+    return sum(float(v) for v in scores.values()) / len(scores)
+
+
+def relative_change(value: float, base: float) -> float:
+    """SARL Table 2/3 `Δ%`: (value - base) / base, in percent (SPEC 3)."""
+    if base == 0:
+        raise ValueError("Δ% against a base score of 0 is undefined")
+    return (float(value) - float(base)) / float(base) * 100.0
+
+
+def table_delta_pct(value: float, base: float) -> float:
+    """Δ% as SARL Tables 2-3 print it: of the scores as printed (2 decimals), so that the column agrees with
+    the printed Avg / WB Score columns (Table 2, TTRL: 71.12 vs 64.51 -> +10.2%, where the unrounded base
+    64.5075 would give +10.3%)."""
+    return relative_change(round(float(value), 2), round(float(base), 2))
+
+
+def with_delta(value: float | None, base: float | None) -> str:
+    """'72.16 (+11.9%)' as in SARL Tables 2-3; just the value without a usable base."""
+    if value is None:
+        return "-"
+    text = f"{value:.2f}"
+    if base is None or round(base, 2) == 0:
+        return text
+    return f"{text} ({table_delta_pct(value, base):+.1f}%)"
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Summaries
+# ---------------------------------------------------------------------------------------------------------
+
+
+def structure_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean structure reward statistics (SR, C, L, steps, nodes) over responses whose reward was computed;
+    C and L average over the responses where they are defined; failures are counted."""
+    ok = [r for r in records if not r.get("failed")]
+    out: dict[str, Any] = {"n": len(records), "n_failed": len(records) - len(ok)}
+    for key, name in (("sr", "sr"), ("C", "C"), ("L", "L"), ("n_steps", "steps"), ("n_nodes", "nodes")):
+        vals = [r[key] for r in ok if r.get(key) is not None and not (isinstance(r[key], float) and math.isnan(r[key]))]
+        out[f"{name}_mean"] = mean(vals)
+    return out
+
+
+def summarise_math(name: str, problems: Sequence[Mapping[str, Any]], k: int) -> dict[str, Any]:
+    """Per-benchmark figures from per-problem rows (each with `samples`: correct, n_tokens, truncated, ...)."""
+    from eval.grading import avg_at_k
+
+    samples = [s for p in problems for s in p["samples"]]
+    tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
+    return {
+        "benchmark": name,
+        "avg_at_k": avg_at_k([[bool(s["correct"]) for s in p["samples"]] for p in problems]),
+        "k": k,
+        "n_problems": len(problems),
+        "n_samples": len(samples),
+        "mean_tokens": mean(tokens),
+        "n_without_token_count": len(samples) - len(tokens),
+        "truncation_rate": 100.0 * sum(bool(s["truncated"]) for s in samples) / len(samples),
+        "no_answer_rate": 100.0 * sum(s.get("answer") is None for s in samples) / len(samples),
+        "generation_failures": sum(bool(s.get("generation_failed")) for s in samples),
+        "structure": structure_summary([s["structure"] for s in samples if s.get("structure") is not None]),
+    }
+
+
+def summarise_overall(benchmarks: Mapping[str, Mapping[str, Any]], base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Across benchmarks: Table 2's Avg and Δ%, Table 8's mean length and its Δ (tokens), truncation and SR
+    (each the unweighted mean of the benchmark figures, as the paper's Avg columns)."""
+    if not benchmarks:
+        return {}
+    avg = benchmark_average({b: s["avg_at_k"] for b, s in benchmarks.items()})
+    tokens = mean([s["mean_tokens"] for s in benchmarks.values() if s["mean_tokens"] is not None])
+    out: dict[str, Any] = {
+        "avg": avg,
+        "mean_tokens": tokens,
+        "truncation_rate": mean([s["truncation_rate"] for s in benchmarks.values()]),
+        "sr_mean": mean(
+            [s["structure"]["sr_mean"] for s in benchmarks.values() if s["structure"].get("sr_mean") is not None]
+        ),
+        "base_avg": None,
+        "delta_pct": None,
+        "delta_tokens": None,
+    }
+    if base:
+        missing = sorted(set(benchmarks) - set(base.get("benchmarks", {})))
+        if missing:
+            log.warning("base results lack the benchmarks %s: no Δ%% against them", missing)
+        else:
+            base_avg = benchmark_average({b: base["benchmarks"][b]["avg_at_k"] for b in benchmarks})
+            out["base_avg"] = base_avg
+            out["delta_pct"] = table_delta_pct(avg, base_avg) if round(base_avg, 2) else None
+            base_tokens = mean(
+                [
+                    base["benchmarks"][b]["mean_tokens"]
+                    for b in benchmarks
+                    if base["benchmarks"][b]["mean_tokens"] is not None
+                ]
+            )
+            if tokens is not None and base_tokens is not None:
+                out["delta_tokens"] = tokens - base_tokens
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def load_base(path: str | Path | None) -> dict[str, Any] | None:
+    """A previous run's results.json (the base model) for the Δ columns, or None."""
+    if not path:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(f"base_results {path} does not exist; give the results.json of the base model's run")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def markdown_report(results: Mapping[str, Any], base: Mapping[str, Any] | None) -> str:
+    """The run's tables in the layout of SARL Tables 2, 8 and 3, plus truncation and structure statistics."""
+    name = results["run"]["name"]
+    base_name = (base or {}).get("run", {}).get("name", "base")
+    lines = [f"# Evaluation of {name}", ""]
+    lines.append(f"Checkpoint `{results['run']['ckpt']}`; sampling {json.dumps(results['run']['sampling'])}.")
+    if results["run"].get("limit"):
+        lines += ["", f"Only the first {results['run']['limit']} problems of each benchmark (limit)."]
+    if not results.get("complete", True):
+        lines += ["", f"**Incomplete:** {results.get('incomplete_reason')}. Rerun the same command to resume."]
+    math_part = results.get("math") or {}
+    benches = math_part.get("benchmarks") or {}
+    if benches:
+        k = next(iter(benches.values()))["k"]
+        base_b = (base or {}).get("math", {}).get("benchmarks", {})
+        overall = math_part["overall"]
+        cols = list(benches)
+        lines += ["", f"## Math reasoning: avg@{k} (SARL Table 2)", ""]
+        lines.append("| Method | " + " | ".join(cols) + " | Avg (Δ%) |")
+        lines.append("|---" * (len(cols) + 2) + "|")
+        if base_b and all(c in base_b for c in cols):
+            row = [_fmt(base_b[c]["avg_at_k"]) for c in cols]
+            lines.append(f"| {base_name} | " + " | ".join(row) + f" | {_fmt(overall['base_avg'])} |")
+        row = [_fmt(benches[c]["avg_at_k"]) for c in cols]
+        lines.append(f"| {name} | " + " | ".join(row) + f" | {with_delta(overall['avg'], overall['base_avg'])} |")
+        lines += ["", "## Response length in tokens (SARL Table 8)", ""]
+        lines.append("| Method | " + " | ".join(cols) + " | Avg | Δ vs. Base |")
+        lines.append("|---" * (len(cols) + 3) + "|")
+        if base_b and all(c in base_b for c in cols):
+            row = [_fmt(base_b[c]["mean_tokens"], ".1f") for c in cols]
+            base_avg_tokens = mean([base_b[c]["mean_tokens"] for c in cols if base_b[c]["mean_tokens"] is not None])
+            lines.append(f"| {base_name} | " + " | ".join(row) + f" | {_fmt(base_avg_tokens, '.1f')} | 0.0 |")
+        row = [_fmt(benches[c]["mean_tokens"], ".1f") for c in cols]
+        delta = _fmt(overall["delta_tokens"], "+.1f")
+        lines.append(f"| {name} | " + " | ".join(row) + f" | {_fmt(overall['mean_tokens'], '.1f')} | {delta} |")
+    all_benches = {**benches, **((results.get("wildbench") or {}).get("benchmarks") or {})}
+    if all_benches:
+        lines += ["", "## Truncation and reasoning structure (SARL Fig. 2a)", ""]
+        lines.append(
+            "| Benchmark | responses | truncated % | no answer % | mean SR (Δ% vs. base) | mean C | mean L | "
+            "mean steps | structure failures |"
+        )
+        lines.append("|---" * 9 + "|")
+        base_all = {
+            **((base or {}).get("math") or {}).get("benchmarks", {}),
+            **((base or {}).get("wildbench") or {}).get("benchmarks", {}),
+        }
+        for b, s in all_benches.items():
+            st = s.get("structure") or {}
+            base_sr = (base_all.get(b, {}).get("structure") or {}).get("sr_mean")
+            sr = _fmt(st.get("sr_mean"), ".3f")
+            if st.get("sr_mean") is not None and base_sr:  # SARL Fig. 2a: the change of SR after training
+                sr += f" ({relative_change(st['sr_mean'], base_sr):+.1f}%)"
+            cells = [
+                b,
+                str(s["n_samples"]),
+                _fmt(s["truncation_rate"], ".1f"),
+                _fmt(s.get("no_answer_rate"), ".1f"),
+                sr,
+                _fmt(st.get("C_mean"), ".3f"),
+                _fmt(st.get("L_mean"), ".3f"),
+                _fmt(st.get("steps_mean"), ".1f"),
+                str(st.get("n_failed", "-")),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    for b, s in ((results.get("wildbench") or {}).get("benchmarks") or {}).items():
+        base_w = (base or {}).get("wildbench", {}).get("benchmarks", {}).get(b)
+        cols = list(CATEGORY_WEIGHTS)
+        lines += ["", f"## WildBench: {b} (SARL Table 3)", ""]
+        lines.append("| Method | " + " | ".join(SHORT_NAMES[c] for c in cols) + " | WB Score (Δ%) |")
+        lines.append("|---" * (len(cols) + 2) + "|")
+        if base_w:
+            row = [_fmt(base_w["categories"].get(c)) for c in cols]
+            lines.append(f"| {base_name} | " + " | ".join(row) + f" | {_fmt(base_w['wb_score'])} |")
+        row = [_fmt(s["categories"].get(c)) for c in cols]
+        base_wb = base_w["wb_score"] if base_w else None
+        lines.append(f"| {name} | " + " | ".join(row) + f" | {with_delta(s['wb_score'], base_wb)} |")
+        lines += [
+            "",
+            f"{s['n_tasks']} tasks, {s['n_samples']} responses: {s['n_judged']} judged, {s['n_empty']} empty "
+            f"(scored 1), {s['n_failed']} failed judgements (left out); mean response length "
+            f"{_fmt(s['mean_tokens'], '.1f')} tokens (SARL Table 9).",
+        ]
+        if s.get("wb_score_missing"):
+            lines.append(f"No WB Score: {s['wb_score_missing']}.")
+    lm = results.get("lm_eval") or {}
+    if lm.get("tasks"):
+        lines += ["", f"## lm-eval tasks: avg@{lm['k']}", "", "| Task | metric | avg@k | docs |", "|---|---|---|---|"]
+        for task, t in lm["tasks"].items():
+            for metric, value in t["metrics"].items():
+                lines.append(f"| {task} | {metric} | {_fmt(value)} | {t['n_docs']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    run_dir: str | Path, results: Mapping[str, Any], problems: Sequence[Mapping[str, Any]], markdown: str
+) -> None:
+    """results.json, results.md and problems.jsonl (one line per problem), each written atomically."""
+    run_dir = Path(run_dir)
+    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2, ensure_ascii=False, default=str))
+    atomic_write_text(run_dir / "results.md", markdown)
+    atomic_write_text(
+        run_dir / "problems.jsonl", "".join(json.dumps(p, ensure_ascii=False, default=str) + "\n" for p in problems)
+    )
+
+
+def flat_metrics(results: Mapping[str, Any]) -> dict[str, float]:
+    """The headline numbers as flat W&B summary keys (eval/<benchmark>/<metric>)."""
+    out: dict[str, float] = {}
+
+    def put(key: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value is not None:
+            out[key] = float(value)
+
+    for b, s in ((results.get("math") or {}).get("benchmarks") or {}).items():
+        for m in ("avg_at_k", "mean_tokens", "truncation_rate", "no_answer_rate"):
+            put(f"eval/{b}/{m}", s.get(m))
+        put(f"eval/{b}/sr_mean", (s.get("structure") or {}).get("sr_mean"))
+    for m, v in ((results.get("math") or {}).get("overall") or {}).items():
+        put(f"eval/math/{m}", v)
+    for b, s in ((results.get("wildbench") or {}).get("benchmarks") or {}).items():
+        put(f"eval/{b}/wb_score", s.get("wb_score"))
+        put(f"eval/{b}/delta_pct", s.get("delta_pct"))
+        for c, v in s["categories"].items():
+            put(f"eval/{b}/{SHORT_NAMES[c]}", v)
+        for m in ("mean_tokens", "truncation_rate", "n_failed"):
+            put(f"eval/{b}/{m}", s.get(m))
+        put(f"eval/{b}/sr_mean", (s.get("structure") or {}).get("sr_mean"))
+    for task, t in ((results.get("lm_eval") or {}).get("tasks") or {}).items():
+        for metric, v in t["metrics"].items():
+            put(f"eval/lm_eval/{task}/{metric}", v)
+    return out
+
+
+PROBLEM_COLUMNS = (
+    "benchmark",
+    "problem_id",
+    "n_samples",
+    "n_correct",
+    "avg",
+    "judge_score",
+    "n_judge_failed",
+    "mean_tokens",
+    "n_truncated",
+    "mean_sr",
+    "answers",
+)
+
+
+def log_wandb(
+    logger_cfg: Mapping[str, Any],
+    results: Mapping[str, Any],
+    problems: Sequence[Mapping[str, Any]],
+    run_dir: Path,
+    config: Mapping[str, Any],
+) -> None:
+    """A W&B run (offline without an API key): the summary metrics and a table of per-problem results."""
+    import os
+
+    import wandb
+
+    from sarl.train import wandb_offline_unless_logged_in
+
+    env = dict(os.environ)
+    wandb_offline_unless_logged_in(env)  # offline without an API key
+    run = wandb.init(
+        project=logger_cfg.get("project"),
+        entity=logger_cfg.get("entity"),
+        name=f"eval-{results['run']['name']}",
+        job_type="eval",
+        dir=str(run_dir),
+        config=dict(config),
+        mode=env.get("WANDB_MODE"),
+        reinit="finish_previous",
+    )
+    try:
+        run.summary.update(flat_metrics(results))
+        table = wandb.Table(columns=list(PROBLEM_COLUMNS))
+        for p in problems:
+            table.add_data(*[json.dumps(p[c]) if c == "answers" else p.get(c) for c in PROBLEM_COLUMNS])
+        run.log({"eval/problems": table})
+    finally:
+        run.finish()

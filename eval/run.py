@@ -1,0 +1,637 @@
+"""Evaluate a checkpoint: avg@k on the math benchmarks and the WildBench score (SARL Sec. 4.1, Tables 2-3, 8-9,
+Fig. 2a).
+
+    python -m eval.run ckpt=/path/to/checkpoint
+    python -m eval.run ckpt=DIR base_results=runs/eval/Qwen3-4B/<date>_<time>      # the Δ% columns
+    python -m eval.run ckpt=DIR generator.backend=openai generator.openai.url=http://HOST:8000/v1
+    python -m eval.run ckpt=DIR judge.url=http://JUDGE:8000/v1 judge.model=Qwen/Qwen3-32B  # a local judge
+
+Arguments are Hydra overrides of conf/eval.yaml. Stages: generate (cached per sample; an interrupted run
+resumes), grade the math answers after the thinking part, structure statistics of every response (cached),
+judge WildBench responses (cached), optional lm-eval tasks, then results.json, results.md and problems.jsonl
+in the run directory and a W&B run. Exit code 0 when complete, 3 when some generation or judgement failed
+(the results say which; rerunning the same command retries only those).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+from eval.cache import SampleCache, atomic_write_text, safe_name, stable_hash
+from eval.data import Problem, benchmark_path, load_benchmark
+from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
+
+log = logging.getLogger("eval.run")
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+BACKENDS = ("vllm", "openai", "transformers")
+EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130
+
+
+def compose_eval_config(overrides: list[str]) -> DictConfig:
+    """conf/eval.yaml with Hydra overrides; paths made absolute."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_eval"):
+        cfg = compose(config_name="eval", overrides=overrides)
+    cfg.paths.root = str(Path(cfg.paths.root).resolve())
+    return cfg
+
+
+@dataclass
+class Benchmark:
+    name: str
+    kind: str  # "math" | "wildbench"
+    problems: list[Problem]
+    n_samples: int
+
+
+def run_name(cfg: DictConfig) -> str:
+    return str(cfg.name) if cfg.name else Path(str(cfg.ckpt).rstrip("/")).name
+
+
+def sampling_config(cfg: DictConfig) -> SamplingConfig:
+    s = cfg.sampling
+    return SamplingConfig(
+        temperature=float(s.temperature),
+        top_p=float(s.top_p),
+        top_k=int(s.top_k) if s.top_k else None,
+        max_tokens=int(s.max_tokens),
+        chat_template_kwargs=OmegaConf.to_container(s.chat_template_kwargs) or {},
+    )
+
+
+def load_benchmarks(cfg: DictConfig) -> list[Benchmark]:
+    out = []
+    for kind, n in (("math", cfg.sampling.n), ("wildbench", cfg.sampling.n_wildbench)):
+        for name in cfg.benchmarks[kind] or []:
+            problems = load_benchmark(benchmark_path(cfg.paths.data_dir, name), name, kind, cfg.limit)
+            out.append(Benchmark(str(name), kind, problems, int(n)))
+            log.info("%s (%s): %d problems x %d samples", name, kind, len(problems), int(n))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a benchmark is listed twice: {names}")
+    if not out:
+        raise ValueError("no benchmarks: set benchmarks.math and/or benchmarks.wildbench")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------------------------------------
+
+
+class TokenCounter:
+    """The checkpoint's tokenizer, loaded on first use (only needed when a server reports no usage)."""
+
+    def __init__(self, ckpt: str) -> None:
+        self.ckpt = ckpt
+        self._tok = None
+
+    def __call__(self, text: str) -> int:
+        if self._tok is None:
+            from transformers import AutoTokenizer
+
+            self._tok = AutoTokenizer.from_pretrained(self.ckpt)
+        return len(self._tok(text, add_special_tokens=False)["input_ids"])
+
+
+@contextlib.contextmanager
+def generator_for(cfg: DictConfig, sampling: SamplingConfig, run_dir: Path) -> Iterator[Generator]:
+    """The configured back end; for `openai` with url=auto, a vLLM server on the checkpoint, stopped after."""
+    backend = cfg.generator.backend
+    ckpt = str(cfg.ckpt)
+    with contextlib.ExitStack() as stack:
+        if backend == "vllm":
+            from eval.generate import VLLMGenerator
+
+            v = cfg.generator.vllm
+            gen: Generator = VLLMGenerator(
+                ckpt,
+                sampling,
+                tensor_parallel_size=v.tensor_parallel_size,
+                gpu_memory_utilization=v.gpu_memory_utilization,
+                max_model_len=v.max_model_len,
+                dtype=v.dtype,
+                enforce_eager=v.enforce_eager,
+                chunk_size=v.chunk_size,
+                seed=cfg.seed,
+                engine_kwargs=OmegaConf.to_container(v.engine_kwargs),
+            )
+        elif backend == "openai":
+            from eval.generate import OpenAIChatGenerator
+            from eval.openai_client import api_key_from_env
+
+            o = cfg.generator.openai
+            served = str(o.model or run_name(cfg))
+            url = str(o.url)
+            if url == "auto":
+                from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
+
+                s = o.server
+                server = VLLMServer(
+                    ckpt,
+                    served_name=served,
+                    python=str(s.python or sys.executable),
+                    port=s.port,
+                    gpu_memory_utilization=s.gpu_memory_utilization,
+                    max_model_len=s.max_model_len,
+                    extra_args=[*(VLLM_CPU_ARGS if s.cpu else ()), *s.extra_args],
+                    env=dict(VLLM_CPU_ENV) if s.cpu else {},
+                    startup_timeout_s=s.startup_timeout_s,
+                    log_path=run_dir / "vllm_server.log",
+                )
+                stack.enter_context(server)
+                url = server.url
+            gen = OpenAIChatGenerator(
+                url,
+                served,
+                sampling,
+                api_key=api_key_from_env(o.api_key_env),
+                concurrency=o.concurrency,
+                timeout_s=o.timeout_s,
+                max_retries=o.max_retries,
+                backoff_s=o.backoff_s,
+                extra_body=OmegaConf.to_container(o.extra_body),
+                count_tokens=TokenCounter(ckpt) if Path(ckpt).is_dir() else None,
+            )
+        elif backend == "transformers":
+            from eval.generate import TransformersGenerator
+
+            t = cfg.generator.transformers
+            gen = TransformersGenerator(ckpt, sampling, device=t.device, dtype=t.dtype)
+        else:
+            raise ValueError(f"generator.backend {backend!r} not found; choose one of: {', '.join(BACKENDS)}")
+        try:
+            yield gen
+        finally:
+            gen.close()
+
+
+def generate_all(
+    cfg: DictConfig, benchmarks: list[Benchmark], cache: SampleCache, sampling: SamplingConfig, run_dir: Path
+) -> tuple[dict[tuple[str, str], dict[int, dict]], dict[tuple[str, str, int], str]]:
+    """Every (benchmark, problem, sample) response: from the cache, else generated (and cached at once).
+    Returns the records per problem and the failures by key."""
+    records: dict[tuple[str, str], dict[int, dict]] = {}
+    prompt_hash: dict[tuple[str, str], str] = {}
+    pending: list[GenerationRequest] = []
+    for b in benchmarks:
+        for p in b.problems:
+            key = (b.name, p.id)
+            prompt_hash[key] = p.prompt_hash
+            records[key] = cache.get(b.name, p.id, p.prompt_hash)
+            for i in range(b.n_samples):
+                if i not in records[key]:
+                    pending.append(
+                        GenerationRequest((b.name, p.id, i), p.messages, sample_seed(cfg.seed, b.name, p.id, i))
+                    )
+    total = sum(len(b.problems) * b.n_samples for b in benchmarks)
+    log.info("generation: %d of %d responses cached, %d to generate", total - len(pending), total, len(pending))
+    failures: dict[tuple[str, str, int], str] = {}
+    if not pending:
+        return records, failures
+
+    def on_result(request: GenerationRequest, generation: Generation | None, error: str | None) -> None:
+        bench, pid, i = request.key
+        if generation is None:
+            failures[request.key] = error or "unknown error"
+            log.warning("generation failed for %s/%s sample %d: %s", bench, pid, i, error)
+            return
+        record = generation.to_record()
+        records[(bench, pid)][i] = record
+        cache.put(bench, pid, prompt_hash[(bench, pid)], i, record)
+
+    with generator_for(cfg, sampling, run_dir) as generator:
+        generator.generate(pending, on_result)
+    return records, failures
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Structure statistics (SARL Fig. 2a)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def structure_all(
+    cfg: DictConfig, benchmarks: list[Benchmark], texts: dict[tuple[str, str, int], str], root: Path
+) -> dict[tuple[str, str, int], dict]:
+    """The structure reward (SR, C, L, steps, nodes, edges, flags, failure) of every response, cached."""
+    if not cfg.structure.enabled:
+        return {}
+    from sarl.interface import RolloutBatch
+    from sarl.reward import StructureReward
+
+    emb_cfg = OmegaConf.to_container(cfg.embedding, resolve=True)
+    identity = {"embedding": emb_cfg, "structure": OmegaConf.to_container(cfg.structure), "seed": cfg.seed}
+    cache = SampleCache(root / f"structure-{stable_hash(identity)}")
+    out: dict[tuple[str, str, int], dict] = {}
+    pending: dict[str, list[tuple[tuple[str, str, int], str]]] = {}
+    for b in benchmarks:
+        for p in b.problems:
+            cached = cache.get(b.name, p.id, p.prompt_hash)
+            for i in range(b.n_samples):
+                key = (b.name, p.id, i)
+                if key not in texts:
+                    continue
+                if i in cached:
+                    out[key] = cached[i]
+                else:
+                    pending.setdefault(b.kind, []).append((key, texts[key]))
+    n_pending = sum(len(v) for v in pending.values())
+    log.info("structure statistics: %d cached, %d to compute", len(out), n_pending)
+    if not n_pending:
+        return out
+    hashes = {(b.name, p.id): p.prompt_hash for b in benchmarks for p in b.problems}
+    from hydra.utils import instantiate
+    from tqdm import tqdm
+
+    from sarl.train import embedding_server_for
+
+    with embedding_server_for(cfg, {"embedder": emb_cfg}):
+        embedder = instantiate(emb_cfg)
+        with tqdm(total=n_pending, desc="structure", unit="resp", dynamic_ncols=True) as bar:
+            for kind, items in pending.items():
+                reward = StructureReward(
+                    embedder, variant=cfg.structure.variant, clustering=cfg.structure.clustering[kind], seed=cfg.seed
+                )
+                size = int(cfg.structure.batch_size)
+                for start in range(0, len(items), size):
+                    chunk = items[start : start + size]
+                    analyses = reward.analyze(RolloutBatch.from_responses([t for _, t in chunk]))
+                    for (key, _), a in zip(chunk, analyses):
+                        d = a.output.diagnostics
+                        record = {
+                            "sr": d.get("sr"),
+                            "C": d.get("C"),
+                            "L": d.get("L"),
+                            "n_steps": int(d.get("n_steps", 0)),
+                            "n_nodes": int(d.get("n_nodes", 0)),
+                            "n_edges": int(d.get("n_edges", 0)),
+                            "truncated": bool(d.get("truncated")),
+                            "no_think": bool(d.get("no_think")),
+                            "failed": a.output.failed,
+                        }
+                        out[key] = record
+                        cache.put(key[0], key[1], hashes[key[:2]], key[2], record)
+                    bar.update(len(chunk))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# WildBench judging
+# ---------------------------------------------------------------------------------------------------------
+
+
+def judge_all(
+    cfg: DictConfig, benchmarks: list[Benchmark], texts: dict[tuple[str, str, int], str], root: Path, cache_dir: Path
+) -> dict[tuple[str, str, int], dict]:
+    """A judgement per WildBench response: cached; an empty final answer scores 1 without a judge call; a
+    failed judgement is recorded with its reason (not cached: a rerun tries again)."""
+    from eval.grading import strip_thinking
+    from eval.wildbench import EMPTY_RESPONSE_SCORE, Judge, judge_prompt, load_template
+
+    wb = [b for b in benchmarks if b.kind == "wildbench"]
+    if not wb:
+        return {}
+    j = cfg.judge
+    template = load_template(str(j.template), cache_dir=cache_dir)
+    identity = {
+        "model": j.model,
+        "template": stable_hash(template),
+        "temperature": j.temperature,
+        "max_tokens": j.max_tokens,
+        "json_mode": j.json_mode,
+        "extra_body": OmegaConf.to_container(j.extra_body),
+    }
+    cache = SampleCache(root / f"judge-{stable_hash(identity)}")
+    out: dict[tuple[str, str, int], dict] = {}
+    pending: list[tuple[tuple[str, str, int], str]] = []
+    hashes = {}
+    for b in wb:
+        for p in b.problems:
+            hashes[(b.name, p.id)] = p.prompt_hash
+            cached = cache.get(b.name, p.id, p.prompt_hash)
+            for i in range(b.n_samples):
+                key = (b.name, p.id, i)
+                if key not in texts:
+                    out[key] = {"score": None, "failed": "no response (generation failed)"}
+                elif i in cached:
+                    out[key] = cached[i]
+                else:
+                    final = strip_thinking(texts[key])
+                    if not final:
+                        record = {"score": EMPTY_RESPONSE_SCORE, "failed": None, "empty": True, "judge_output": None}
+                        out[key] = record
+                        cache.put(b.name, p.id, p.prompt_hash, i, record)
+                        continue
+                    conversation = p.extra_info.get("conversation") or p.messages
+                    checklist = list(p.extra_info.get("checklist") or [])
+                    pending.append((key, judge_prompt(template, conversation, final, checklist)))
+    log.info("judging: %d judgements cached or empty, %d to request from %s", len(out), len(pending), j.model)
+    if not pending:
+        return out
+    from eval.openai_client import api_key_from_env
+
+    api_key = api_key_from_env(j.api_key_env)
+    if api_key is None and "api.openai.com" in str(j.url):
+        raise RuntimeError(
+            f"the WildBench judge at {j.url} needs an API key in ${j.api_key_env} (judge.api_key_env); or point "
+            "judge.url and judge.model at a local OpenAI-compatible judge, or skip WildBench: benchmarks.wildbench=[]"
+        )
+    judge = Judge(
+        str(j.url),
+        str(j.model),
+        template,
+        api_key=api_key,
+        temperature=j.temperature,
+        max_tokens=j.max_tokens,
+        json_mode=j.json_mode,
+        concurrency=j.concurrency,
+        timeout_s=j.timeout_s,
+        max_retries=j.max_retries,
+        backoff_s=j.backoff_s,
+        extra_body=OmegaConf.to_container(j.extra_body),
+    )
+
+    def on_result(key: tuple[str, str, int], record: dict[str, Any]) -> None:
+        out[key] = record
+        if record["failed"]:
+            log.warning("judgement failed for %s/%s sample %d: %s", *key, record["failed"])
+        else:
+            cache.put(key[0], key[1], hashes[key[:2]], key[2], record)
+
+    try:
+        judge.judge_many(pending, on_result)
+    finally:
+        judge.close()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scoring and the report
+# ---------------------------------------------------------------------------------------------------------
+
+
+def score_benchmarks(
+    cfg: DictConfig,
+    benchmarks: list[Benchmark],
+    records: dict[tuple[str, str], dict[int, dict]],
+    failures: dict[tuple[str, str, int], str],
+    structure: dict[tuple[str, str, int], dict],
+    judgements: dict[tuple[str, str, int], dict],
+    base: dict | None,
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Per-benchmark summaries (math, wildbench) and one row per problem."""
+    from eval.grading import Grader, extract_answer, is_equivalent, strip_thinking
+    from eval.results import summarise_math, summarise_overall
+
+    grader = Grader(timeout_s=float(cfg.grading.timeout_s))
+    math_out: dict[str, Any] = {}
+    wb_out: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    try:
+        for b in benchmarks:
+            problem_summaries = []
+            for p in b.problems:
+                samples = []
+                for i in range(b.n_samples):
+                    key = (b.name, p.id, i)
+                    rec = records[(b.name, p.id)].get(i)
+                    s: dict[str, Any] = {"sample": i}
+                    if rec is None:
+                        s.update(
+                            text="", n_tokens=None, truncated=False, generation_failed=failures.get(key, "missing")
+                        )
+                    else:
+                        s.update(
+                            n_tokens=rec["n_tokens"], truncated=rec["truncated"], finish_reason=rec["finish_reason"]
+                        )
+                    text = "" if rec is None else rec["text"]
+                    if b.kind == "math":
+                        answer = extract_answer(strip_thinking(text))
+                        s["answer"] = answer
+                        s["correct"] = answer is not None and any(
+                            is_equivalent(answer, g, grader=grader) for g in p.gold
+                        )
+                    else:
+                        j = judgements.get(key, {"score": None, "failed": "not judged"})
+                        s.update(judge_score=j["score"], judge_failed=j["failed"], empty=bool(j.get("empty")))
+                    s["structure"] = structure.get(key)
+                    samples.append(s)
+                problem_summaries.append({"id": p.id, "samples": samples, "problem": p})
+                rows.append(problem_row(b, p, samples))
+            if b.kind == "math":
+                math_out[b.name] = summarise_math(b.name, problem_summaries, b.n_samples)
+            else:
+                wb_out[b.name] = summarise_wildbench(b, problem_summaries, base)
+    finally:
+        grader.close()
+    base_math = (base or {}).get("math")
+    math_part = {"benchmarks": math_out, "overall": summarise_overall(math_out, base_math)} if math_out else None
+    return math_part, ({"benchmarks": wb_out} if wb_out else None), rows
+
+
+def problem_row(b: Benchmark, p: Problem, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """One line of problems.jsonl / the W&B table: the problem's samples without their texts."""
+    from eval.results import mean
+
+    tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
+    srs = [s["structure"]["sr"] for s in samples if s.get("structure") and s["structure"].get("sr") is not None]
+    row: dict[str, Any] = {
+        "benchmark": b.name,
+        "problem_id": p.id,
+        "n_samples": len(samples),
+        "n_correct": None,
+        "avg": None,
+        "judge_score": None,
+        "n_judge_failed": None,
+        "mean_tokens": mean(tokens),
+        "n_truncated": sum(bool(s["truncated"]) for s in samples),
+        "mean_sr": mean(srs),
+        "answers": [s.get("answer") for s in samples] if b.kind == "math" else [],
+        "samples": [{k: v for k, v in s.items() if k != "text"} for s in samples],
+    }
+    if b.kind == "math":
+        row["n_correct"] = sum(bool(s["correct"]) for s in samples)
+        row["avg"] = 100.0 * row["n_correct"] / len(samples)
+    else:
+        scores = [s["judge_score"] for s in samples if s["judge_score"] is not None]
+        row["judge_score"] = mean(scores)
+        row["n_judge_failed"] = sum(1 for s in samples if s["judge_failed"])
+    return row
+
+
+def summarise_wildbench(b: Benchmark, problems: list[dict[str, Any]], base: dict | None) -> dict[str, Any]:
+    """Per-task score (mean of its judged responses), category scores, WB Score and its Δ% to the base."""
+    from eval.results import mean, structure_summary, table_delta_pct
+    from eval.wildbench import category_scores, task_categories, wb_score_macro
+
+    task_scores: dict[str, float] = {}
+    categories: dict[str, list[str]] = {}
+    samples = [s for p in problems for s in p["samples"]]
+    for p in problems:
+        info = p["problem"].extra_info
+        categories[p["id"]] = task_categories(info["primary_tag"], info.get("secondary_tags") or [])
+        scores = [s["judge_score"] for s in p["samples"] if s["judge_score"] is not None]
+        if scores:
+            task_scores[p["id"]] = sum(scores) / len(scores)
+    cats = category_scores(task_scores, categories)
+    out: dict[str, Any] = {
+        "benchmark": b.name,
+        "n_tasks": len(problems),
+        "n_samples": len(samples),
+        "n_judged": sum(1 for s in samples if s["judge_score"] is not None and not s["empty"]),
+        "n_empty": sum(1 for s in samples if s["empty"]),
+        "n_failed": sum(1 for s in samples if s["judge_failed"]),
+        "n_tasks_scored": len(task_scores),
+        "mean_score": mean(list(task_scores.values())),
+        "categories": cats,
+        "wb_score": None,
+        "wb_score_missing": None,
+        "delta_pct": None,
+        "mean_tokens": mean([s["n_tokens"] for s in samples if s.get("n_tokens") is not None]),
+        "truncation_rate": 100.0 * sum(bool(s["truncated"]) for s in samples) / len(samples),
+        "no_answer_rate": 100.0 * sum(bool(s["empty"]) for s in samples) / len(samples),
+        "generation_failures": sum(bool(s.get("generation_failed")) for s in samples),
+        "structure": structure_summary([s["structure"] for s in samples if s.get("structure") is not None]),
+    }
+    try:
+        out["wb_score"] = wb_score_macro(cats)
+    except ValueError as err:
+        out["wb_score_missing"] = str(err)
+    base_wb = ((base or {}).get("wildbench") or {}).get("benchmarks", {}).get(b.name, {}).get("wb_score")
+    if out["wb_score"] is not None and base_wb and round(base_wb, 2):
+        out["delta_pct"] = table_delta_pct(out["wb_score"], base_wb)
+    return out
+
+
+def lm_eval_stage(cfg: DictConfig, sampling: SamplingConfig) -> dict[str, Any] | None:
+    if not cfg.lm_eval.tasks:
+        return None
+    from eval.lm_eval_bridge import run_lm_eval
+
+    le = cfg.lm_eval
+    model_args = OmegaConf.to_container(le.model_args, resolve=True) or {}
+    if le.model in ("vllm", "hf"):
+        model_args.setdefault("pretrained", str(cfg.ckpt))
+    return run_lm_eval(
+        list(le.tasks),
+        int(le.k),
+        sampling,
+        str(le.model),
+        model_args,
+        include_path=le.include_path,
+        include_defaults=bool(le.include_defaults),
+        apply_chat_template=bool(le.apply_chat_template),
+        limit=le.limit,
+        batch_size=le.batch_size,
+        seed=int(cfg.seed),
+    )
+
+
+def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
+    from sarl.train import resolve_run_dir as train_run_dir
+
+    return train_run_dir(cfg, f"eval/{safe_name(name)}")
+
+
+def run(cfg: DictConfig) -> int:
+    """The whole evaluation; returns the exit code (0 complete, 3 incomplete)."""
+    from eval.results import load_base, log_wandb, markdown_report, write_results
+    from sarl.train import git_commit, versions
+
+    if OmegaConf.is_missing(cfg, "ckpt"):
+        raise ValueError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
+    if cfg.generator.backend not in BACKENDS:
+        raise ValueError(f"generator.backend {cfg.generator.backend!r} not found; choose one of: {', '.join(BACKENDS)}")
+    name = run_name(cfg)
+    ckpt = str(cfg.ckpt)
+    run_dir = resolve_run_dir(cfg, name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(run_dir / "eval.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        started = dt.datetime.now().isoformat(timespec="seconds")
+        config = OmegaConf.to_container(cfg, resolve=True)
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        meta = {"git_commit": git_commit(), "versions": versions(), "command": sys.argv, "started": started}
+        atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=2))
+        log.info("evaluating %s -> %s", ckpt, run_dir)
+        base = load_base(cfg.base_results)
+        sampling = sampling_config(cfg)
+        benchmarks = load_benchmarks(cfg)
+        ckpt_id = str(Path(ckpt).resolve()) if Path(ckpt).exists() else ckpt
+        root = Path(cfg.cache_dir) / f"{safe_name(name)}-{stable_hash(ckpt_id)}"
+        gen_identity = {**sampling.cache_identity(), "seed": int(cfg.seed)}
+        gen_root = root / f"gen-{stable_hash(gen_identity)}"
+        records, failures = generate_all(cfg, benchmarks, SampleCache(gen_root), sampling, run_dir)
+        texts = {(bn, pid, i): r["text"] for (bn, pid), recs in records.items() for i, r in recs.items()}
+        structure = structure_all(cfg, benchmarks, texts, gen_root)
+        judgements = judge_all(cfg, benchmarks, texts, gen_root, Path(cfg.cache_dir))
+        math_part, wb_part, rows = score_benchmarks(cfg, benchmarks, records, failures, structure, judgements, base)
+        lm = lm_eval_stage(cfg, sampling)
+        n_judge_failed = sum(s["n_failed"] for s in (wb_part or {}).get("benchmarks", {}).values())
+        reasons = []
+        if failures:
+            reasons.append(f"{len(failures)} responses could not be generated")
+        if n_judge_failed:
+            reasons.append(f"{n_judge_failed} WildBench judgements failed")
+        results = {
+            "run": {
+                "name": name,
+                "ckpt": ckpt,
+                "run_dir": str(run_dir),
+                "cache": str(gen_root),
+                "started": started,
+                "finished": dt.datetime.now().isoformat(timespec="seconds"),
+                "sampling": {**gen_identity, "n": int(cfg.sampling.n), "n_wildbench": int(cfg.sampling.n_wildbench)},
+                "backend": str(cfg.generator.backend),
+                "limit": cfg.limit,
+                "base_results": str(cfg.base_results) if cfg.base_results else None,
+                **meta,
+            },
+            "complete": not reasons,
+            "incomplete_reason": "; ".join(reasons) or None,
+            "math": math_part,
+            "wildbench": wb_part,
+            "lm_eval": lm,
+        }
+        markdown = markdown_report(results, base)
+        write_results(run_dir, results, rows, markdown)
+        if "wandb" in cfg.logger.backends:
+            log_wandb(OmegaConf.to_container(cfg.logger), results, rows, run_dir, config)
+        sys.stdout.write(markdown)
+        log.info("wrote %s, %s and %s", run_dir / "results.json", run_dir / "results.md", run_dir / "problems.jsonl")
+        if reasons:
+            log.warning("evaluation incomplete: %s; rerun the same command to retry them", "; ".join(reasons))
+            return EXIT_INCOMPLETE
+        return 0
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
+    logging.getLogger("eval").setLevel(logging.INFO)
+    cfg = compose_eval_config(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run(cfg)
+    except KeyboardInterrupt:
+        log.warning("interrupted; finished samples are cached: rerun the same command to resume")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Our verl 0.9.1 V1 trainer: group rewards on whole groups, `reward/*` metrics every step.
+
+`SarlTrainer` is verl's synchronous PPO trainer (`PPOTrainerSync`) registered under
+`trainer.v1.trainer_mode = "sarl"` (config.TRAINER_NAME). It changes four things, each at a
+method verl's V1 trainer calls (line numbers: verl 0.9.1, `trainer/ppo/v1/trainer_base.py`):
+
+- group rewards (TTRL, EMPO, EVOL-RL; `group_reward = True`) are not computed per sample in the
+  agent loop: `_setup` hides the reward workers from the agent loop and from `_step_once` /
+  `_validate` (`reward_loop_worker_handles` is None, l.410, 577, 1081), so each sampled batch goes
+  through `_compute_reward_colocate`, which reads the rollouts from TransferQueue, scores them
+  grouped by prompt uid (not by position), writes `rm_scores` and the reward info back, logs the
+  `reward/*` metrics and keeps a seeded random `n_trained` of each prompt's `n_votes` rollouts;
+- `_next_train_batch` asks the agent loop for `n_votes` rollouts per prompt (`__rollout_n__`,
+  `agent_loop_tq.py:115`) while verl's `rollout.n` (which sizes every training batch) is `n_trained`;
+- per-response rewards keep verl's streaming path (our `compute_score` in verl's reward workers);
+  `_compute_metrics` adds their `reward/*` metrics from the reward info verl stored with each
+  rollout, which verl's V1 trainer does not log during training;
+- `SarlTaskRunnerV1` is verl's TaskRunnerV1 defined in this module, so the Ray actor that runs it
+  imports this module, and with it the registration, before `get_trainer_cls` (`main_ppo.py:141`).
+
+The logic is in the plain functions at the top (keys -> sessions, the trained subset, the jagged
+score layout, the metrics); the methods only move data between TransferQueue and them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Sequence
+
+import ray
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer import main_ppo
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.utils import tensordict_utils as tu
+
+from baselines.grp import register_verl as _register_scae
+from baselines.ttrl import select_for_training
+from sarl.backends.verl.config import TRAINER_NAME
+from sarl.backends.verl.reward import is_group_reward, reward_from_config, row_metrics, score_rollouts
+from sarl.interface import RolloutBatch
+
+_register_scae()  # PASC-GRPO's `scae` advantage estimator (seed 003 Eq. 14-16), in the trainer's process
+
+log = logging.getLogger(__name__)
+
+Session = tuple[str, int]  # (prompt uid, session id): one of the n rollouts of a prompt
+
+# fields of a rollout row in TransferQueue (agent_loop_tq.py: the agent loop output plus the dataset row)
+SCORE_FIELDS = ["uid", "prompts", "responses", "data_source", "reward_model", "extra_info", "extra_fields"]
+
+
+# -- plain functions ----------------------------------------------------------------------------
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    """A V1 trajectory key `{uid}_{session_id}_{index}` (agent_loop_tq.py:178-193) as its parts."""
+    parts = key.rsplit("_", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"TransferQueue key {key!r} is not verl's '{{uid}}_{{session_id}}_{{index}}'")
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def group_sessions(keys: Sequence[str]) -> dict[Session, list[int]]:
+    """Row positions of each rollout session, the session's last output last (an agent loop may
+    emit several outputs per session; verl rewards the last and copies it to the others)."""
+    rows: dict[Session, list[tuple[int, int]]] = {}
+    for pos, key in enumerate(keys):
+        uid, session, index = parse_key(key)
+        rows.setdefault((uid, session), []).append((index, pos))
+    return {s: [pos for _, pos in sorted(r)] for s, r in rows.items()}
+
+
+def trained_sessions(sessions: Sequence[Session], n_trained: int, seed: int) -> tuple[list[Session], int]:
+    """The sessions to train on: a seeded random `n_trained` of each prompt's sessions (TTRL's
+    "64 votes / 32 trained", `baselines.ttrl.select_for_training`), and how many prompts had fewer.
+
+    A prompt's sessions are ordered by session id before the draw, so the subset depends only on
+    (seed, uid), never on which rollouts finished first (TransferQueue lists them in completion
+    order, which favours short responses). A prompt with fewer than `n_trained` sessions (a failed
+    rollout) keeps all of them and is counted."""
+    ordered = sorted(sessions)
+    sizes = Counter(uid for uid, _ in ordered)
+    full = [s for s in ordered if sizes[s[0]] >= n_trained]
+    short = [s for s in ordered if sizes[s[0]] < n_trained]
+    picked = select_for_training([uid for uid, _ in full], n_trained, seed) if full else []
+    return sorted([full[i] for i in picked] + short), sum(1 for n in sizes.values() if n < n_trained)
+
+
+def jagged_scores(scores: Sequence[float], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
+    """verl's `rm_scores` layout (agent_loop.py:144-148): per response a zero vector of its length
+    with the score on the last token, as a jagged nested tensor; and the number of empty responses,
+    which have no token to carry their score (counted, `reward/empty_responses`)."""
+    rows = []
+    for score, length in zip(scores, lengths, strict=True):
+        row = torch.zeros(int(length), dtype=torch.float32)
+        if length > 0:
+            row[-1] = float(score)
+        rows.append(row)
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged), sum(1 for n in lengths if n == 0)
+
+
+def column(data: Any, name: str) -> list:
+    """A non-tensor TransferQueue field as a plain list (a NonTensorStack, a LinkedList or an array)."""
+    value = data.get(name)
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def rollout_batch(
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    uids: Sequence[Any],
+    reward_models: Sequence[Any],
+    data_sources: Sequence[Any],
+    extra_infos: Sequence[Any],
+) -> RolloutBatch:
+    """One row per rollout, grouped by prompt uid; the gold answer from the dataset's `reward_model`."""
+    return RolloutBatch(
+        prompts=list(prompts),
+        responses=list(responses),
+        group_ids=[str(u) for u in uids],
+        ground_truths=[rm.get("ground_truth") if isinstance(rm, dict) else None for rm in reward_models],
+        data_sources=[str(s) for s in data_sources],
+        extra_info=[dict(e) if isinstance(e, dict) else {} for e in extra_infos],
+    )
+
+
+def streamed_reward_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
+    """`reward/*` metrics of a per-response reward from the `reward_extra_info` that verl's agent
+    loop stored in each rollout's `extra_fields`; a rollout without one is counted
+    (`reward/missing_info`)."""
+    infos = [e.get("reward_extra_info") if isinstance(e, dict) else None for e in extra_fields]
+    metrics = row_metrics([i for i in infos if i])
+    metrics["reward/missing_info"] = float(sum(1 for i in infos if not i))
+    return metrics
+
+
+# -- the trainer --------------------------------------------------------------------------------
+
+
+class _BatchRewardLoop:
+    """verl's RewardLoopManager as seen with streaming rewards off: verl reads this property to hand
+    reward workers to the agent loop (trainer_base.py:410) and to decide whether to score the
+    sampled batch itself (l.577 train, l.1081 validation)."""
+
+    reward_loop_worker_handles = None
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@register_trainer(TRAINER_NAME)
+class SarlTrainer(PPOTrainerSync):
+    """verl's sync PPO trainer with our reward objects (see the module docstring)."""
+
+    def __init__(self, config: DictConfig) -> None:
+        reward_cfg = config.reward.custom_reward_function.get("reward_kwargs", {}).get("reward")
+        if reward_cfg is None:
+            raise ValueError(
+                "reward.custom_reward_function.reward_kwargs.reward is not set: build the config with sarl.train"
+            )
+        reward_cfg = OmegaConf.to_container(reward_cfg, resolve=True) if OmegaConf.is_config(reward_cfg) else reward_cfg
+        self.group_reward = is_group_reward(reward_cfg)
+        if self.group_reward:
+            self._check_group_config(config)
+            ours = config.trainer.v1[TRAINER_NAME]
+            self.n_votes, self.selection_seed = int(ours.n_votes), int(ours.seed)
+        # verl's base class branches on trainer_mode == "sync" (replay buffer, checkpoints, refill:
+        # trainer_base.py:153, 731, 902, 912, 1004, 1499); the registered name only picks this class.
+        config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config)
+        self.reward = reward_from_config(reward_cfg) if self.group_reward else None
+
+    @staticmethod
+    def _check_group_config(config: DictConfig) -> None:
+        if TRAINER_NAME not in config.trainer.v1:
+            raise ValueError(f"trainer.v1.{TRAINER_NAME} (n_votes, seed) is not set: build the config with sarl.train")
+        n_votes, n_trained = int(config.trainer.v1[TRAINER_NAME].n_votes), int(config.actor_rollout_ref.rollout.n)
+        if not 1 <= n_trained <= n_votes:
+            raise ValueError(f"a group reward trains on rollout.n={n_trained} of n_votes={n_votes} rollouts per prompt")
+        if config.algorithm.get("filter_groups", {}).get("enable", False):
+            raise ValueError(
+                "algorithm.filter_groups (DAPO) filters groups on the streamed reward at sampling time; "
+                "a group reward is computed after sampling: disable filter_groups"
+            )
+        if config.reward.reward_model.enable:
+            raise ValueError("a group reward replaces the reward model: set reward.reward_model.enable=false")
+
+    def _setup(self) -> None:
+        super()._setup()
+        if self.group_reward:
+            self.reward_loop_manager = _BatchRewardLoop(self.reward_loop_manager)
+
+    def _next_train_batch(self, num_prompts: int | None = None):
+        batch = super()._next_train_batch(num_prompts)
+        if self.group_reward:
+            # the agent loop generates this many rollouts per prompt (agent_loop_tq.py:115)
+            tu.assign_non_tensor_data(batch, "__rollout_n__", self.n_votes)
+        return batch
+
+    def _compute_reward_colocate(self, batch: KVBatchMeta, metrics: dict | None = None) -> KVBatchMeta:
+        """Score the sampled batch grouped by uid; on training batches log `reward/*` and keep
+        `rollout.n` sessions per prompt (the others are cleared from TransferQueue)."""
+        if not self.group_reward:
+            return super()._compute_reward_colocate(batch, metrics=metrics)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=SCORE_FIELDS)
+        sessions = group_sessions(batch.keys)
+        final = [rows[-1] for rows in sessions.values()]  # the scored output of each session
+        prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
+        cols = {name: column(data, name) for name in ("uid", "reward_model", "data_source", "extra_info")}
+        scored = rollout_batch(
+            [self.tokenizer.decode(prompts[i], skip_special_tokens=True) for i in final],
+            [self.tokenizer.decode(responses[i], skip_special_tokens=True) for i in final],
+            *([cols[name][i] for i in final] for name in ("uid", "reward_model", "data_source", "extra_info")),
+        )
+        _, infos = score_rollouts(self.reward, scored)
+
+        info_of_row: list[dict[str, float]] = [{}] * len(batch)
+        for rows, info in zip(sessions.values(), infos, strict=True):
+            for pos in rows:
+                info_of_row[pos] = info
+        rm_scores, n_empty = jagged_scores([i["score"] for i in info_of_row], [len(r) for r in responses])
+        extra_fields = [
+            {**(e if isinstance(e, dict) else {}), "reward_extra_info": info}  # read by _validate, l.1126-1139
+            for e, info in zip(column(data, "extra_fields"), info_of_row, strict=True)
+        ]
+        fields = tu.get_tensordict({"rm_scores": rm_scores, "extra_fields": extra_fields})
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        if batch.partition_id == "val":
+            return batch
+
+        keep, n_short = trained_sessions(list(sessions), self.config.actor_rollout_ref.rollout.n, self.selection_seed)
+        kept_keys = [batch.keys[pos] for s in keep for pos in sessions[s]]
+        if metrics is not None:
+            metrics.update(row_metrics(infos))
+            metrics.update(
+                {
+                    "reward/empty_responses": float(n_empty),
+                    "reward/voted_sessions": float(len(sessions)),
+                    "reward/trained_sessions": float(len(keep)),
+                    "reward/short_groups": float(n_short),
+                }
+            )
+        if n_short:
+            log.warning(
+                "%d prompts have fewer than rollout.n sessions (failed rollouts); all of theirs are kept", n_short
+            )
+        if len(kept_keys) == len(batch):
+            return batch
+        kept = set(kept_keys)
+        # fit() clears only the keys of the batch it trains on (trainer_base.py:511)
+        tq.kv_clear(keys=[k for k in batch.keys if k not in kept], partition_id=batch.partition_id)
+        return batch.select_keys([k for k in batch.keys if k in kept])
+
+    def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        if self.group_reward:
+            return  # logged in _compute_reward_colocate, over every vote
+        real = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+        final = [real[rows[-1]] for rows in group_sessions(real).values()]
+        data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        metrics.update(streamed_reward_metrics(column(data, "extra_fields")))
+
+
+def _task_runner_class() -> type:
+    """The class under verl's `@ray.remote TaskRunnerV1` (Ray forbids subclassing the actor class)."""
+    try:
+        return main_ppo.TaskRunnerV1.__ray_metadata__.modified_class.__ray_actor_class__
+    except AttributeError as err:
+        raise ImportError(
+            "verl.trainer.main_ppo.TaskRunnerV1 is not the Ray actor class of verl 0.9.1 / Ray 2.x; "
+            "sarl.backends.verl.trainer needs updating for this verl"
+        ) from err
+
+
+class SarlTaskRunnerV1(_task_runner_class()):
+    """verl's TaskRunnerV1, defined here: Ray imports the module of an actor's class in the actor's
+    process, so `SarlTrainer` is registered there when `run` looks up `trainer.v1.trainer_mode`."""
+
+
+SarlTaskRunner = ray.remote(SarlTaskRunnerV1)

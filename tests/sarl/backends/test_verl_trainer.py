@@ -1,0 +1,372 @@
+"""Our verl V1 trainer (sarl.backends.verl.trainer) on verl 0.9.1's own classes, built from the
+config sarl.train writes: the plain functions on literal values, the config for group rewards,
+the entry point, and (slow) the reward hook against a real TransferQueue in a local Ray, plus
+the TaskRunner shim in a Ray actor process."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+pytest.importorskip("transfer_queue")
+
+import transfer_queue as tq  # noqa: E402
+from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
+
+from baselines.ttrl import select_for_training  # noqa: E402
+from sarl.backends.verl.config import TRAINER_NAME, build_verl_config, validate_verl_config  # noqa: E402
+from sarl.backends.verl.trainer import (  # noqa: E402
+    SarlTaskRunner,
+    SarlTrainer,
+    group_sessions,
+    jagged_scores,
+    parse_key,
+    streamed_reward_metrics,
+    trained_sessions,
+)
+from sarl.train import compose_train_config  # noqa: E402
+
+# -- plain functions ----------------------------------------------------------------------------
+
+
+def test_keys_parse_into_uid_session_and_output_index():
+    uid = "3f2a9c1e-7b4d-4e55-9a0b-1c2d3e4f5a6b"  # verl's uids are uuid4 strings
+    assert parse_key(f"{uid}_12_0") == (uid, 12, 0)
+    for bad in ("no-session", f"{uid}_x_0", f"{uid}_1"):
+        with pytest.raises(ValueError, match="session_id"):
+            parse_key(bad)
+
+
+def test_sessions_group_rows_with_the_last_output_last():
+    keys = ["a_1_0", "b_0_0", "a_0_1", "a_0_0", "b_1_0"]  # completion order, a_0 has two outputs
+    assert group_sessions(keys) == {("a", 1): [0], ("b", 0): [1], ("a", 0): [3, 2], ("b", 1): [4]}
+
+
+def test_trained_subset_is_seeded_per_prompt_and_ignores_completion_order():
+    sessions = [("p", i) for i in range(8)] + [("q", i) for i in range(8)]
+    keep, short = trained_sessions(sessions, 3, seed=5)
+    assert short == 0 and len(keep) == 6
+    assert sum(s[0] == "p" for s in keep) == 3 and sum(s[0] == "q" for s in keep) == 3
+    shuffled = [sessions[i] for i in np.random.default_rng(0).permutation(len(sessions))]
+    assert trained_sessions(shuffled, 3, seed=5) == (keep, 0)  # any arrival order, same subset
+    # exactly select_for_training over the session ids in order (TTRL's seeded draw)
+    p_rows = select_for_training(["p"] * 8, 3, 5)
+    assert [s for s in keep if s[0] == "p"] == [("p", i) for i in p_rows]
+    draws = {tuple(trained_sessions(sessions, 3, seed=s)[0]) for s in range(6)}
+    assert len(draws) > 1  # the seed matters
+
+
+def test_a_prompt_with_failed_rollouts_keeps_what_it_has_and_is_counted():
+    sessions = [("p", i) for i in range(4)] + [("q", 0), ("q", 2)]
+    keep, short = trained_sessions(sessions, 3, seed=0)
+    assert short == 1 and ("q", 0) in keep and ("q", 2) in keep and len(keep) == 5
+
+
+def test_jagged_scores_put_the_score_on_the_last_token():
+    rm, empty = jagged_scores([0.5, -1.0, 2.0], [3, 1, 0])
+    rows = rm.unbind()
+    assert rows[0].tolist() == [0.0, 0.0, 0.5] and rows[1].tolist() == [-1.0] and rows[2].numel() == 0
+    assert empty == 1 and rm.offsets().tolist() == [0, 3, 4, 4]
+
+
+def test_streamed_metrics_from_the_reward_info_verl_keeps_per_rollout():
+    infos = [
+        {"reward_extra_info": {"score": 1.0, "C": 1.0, "L": 1.0, "failed": 0.0}, "min_global_steps": 0},
+        {"reward_extra_info": {"score": 0.5, "C": 0.0, "L": math.nan, "failed": 0.0}},
+        {"reward_extra_info": {"score": 0.0, "C": 0.0, "L": math.nan, "failed": 1.0}},
+        {"min_global_steps": 0},  # no reward info: counted, never silently dropped
+    ]
+    m = streamed_reward_metrics(infos)
+    assert m["reward/score/mean"] == pytest.approx(0.5) and m["reward/score/std"] == pytest.approx(math.sqrt(1 / 6))
+    assert m["reward/C/mean"] == pytest.approx(1 / 3) and m["reward/L/mean"] == 1.0  # L over rows defining it
+    assert m["reward/failed"] == 1.0 and m["reward/missing_info"] == 1.0
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def verl_config(tmp_path, model_dir, *overrides):
+    cfg, _ = compose_train_config([*overrides, f"model.path={model_dir}"])
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    return build_verl_config(cfg, reward_cfg, str(tmp_path), "test")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", ["grpo_ttrl64_math", "grpo_evol_rl_math"])
+def test_group_reward_rows_vote_on_64_and_train_on_32(exp, tmp_path, tiny_qwen3_dir):
+    v = verl_config(tmp_path, tiny_qwen3_dir, f"+exp={exp}")
+    validate_verl_config(v)
+    assert v.trainer.use_v1 is True and v.trainer.v1.trainer_mode == TRAINER_NAME
+    assert v.actor_rollout_ref.rollout.n == 32 and v.trainer.v1[TRAINER_NAME].n_votes == 64
+    assert v.reward.custom_reward_function.path is None and v.reward.num_workers == 0  # no per-sample path
+    assert v.reward.custom_reward_function.reward_kwargs.reward._target_.startswith("baselines.")
+
+
+def test_per_response_rewards_keep_the_streaming_reward_function(tmp_path, tiny_qwen3_dir):
+    v = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")
+    assert v.trainer.v1.trainer_mode == TRAINER_NAME and v.actor_rollout_ref.rollout.n == 8
+    assert v.reward.custom_reward_function.path == "pkg://sarl.backends.verl.reward" and v.reward.num_workers == 8
+    with pytest.raises(ValueError, match="needs a group reward"):
+        verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math", "train.n_trained=4")
+    with pytest.raises(ValueError, match="must lie in"):
+        verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_ttrl_math", "train.n_trained=9")
+
+
+def test_ttrl_votes_must_match_the_rollouts(tmp_path, tiny_qwen3_dir):
+    v = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_ttrl_math", "train.rollout_n=16", "train.n_trained=4")
+    assert v.trainer.v1[TRAINER_NAME].n_votes == 16 and v.actor_rollout_ref.rollout.n == 4  # conf/reward/ttrl follows
+    with pytest.raises(ValueError, match="reward.n_votes=16 but train.rollout_n=8"):
+        verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_ttrl_math", "reward.n_votes=16")
+    with pytest.raises(ValueError, match="reward.n_samples=16 but train.n_trained=32"):
+        verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_ttrl64_math", "reward.n_samples=16")
+
+
+# -- the trainer object -------------------------------------------------------------------------
+
+TTRL4 = ["reward=ttrl", "train.rollout_n=4", "train.n_trained=2", "reward.n_votes=4", "reward.n_samples=2"]
+
+
+@pytest.fixture
+def ttrl_trainer(tmp_path, tiny_qwen3_dir, byte_tokenizer):
+    """verl's registry gives our class for the configured name; __init__ is verl's own on the real
+    config (no GPU is touched before `init()`); the tokenizer is what `_setup` would load."""
+    config = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    trainer.tokenizer = byte_tokenizer
+    return trainer
+
+
+def test_registered_trainer_runs_verls_sync_mode_with_the_vote_settings(ttrl_trainer):
+    t = ttrl_trainer
+    assert type(t) is SarlTrainer and t.trainer_mode == "sync" and t.config.trainer.v1.trainer_mode == "sync"
+    assert t.group_reward and t.n_votes == 4 and t.selection_seed == 0 and t.reward.n_samples == 2
+    assert type(t.replay_buffer).__name__ == "ReplayBuffer"  # the sync buffer, not the async one
+
+
+def test_setup_hides_the_reward_workers_from_the_agent_loop_and_the_step(ttrl_trainer, monkeypatch):
+    class Manager:
+        reward_loop_worker_handles = ["worker"]
+        marker = "inner"
+
+    monkeypatch.setattr(PPOTrainer, "_setup", lambda self: setattr(self, "reward_loop_manager", Manager()))
+    ttrl_trainer._setup()
+    assert ttrl_trainer.get_reward_handles() is None  # what TaskRunnerV1 hands the agent loop (l.130)
+    assert ttrl_trainer.reward_loop_manager.reward_loop_worker_handles is None  # what _step_once reads
+    assert ttrl_trainer.reward_loop_manager.marker == "inner"
+
+
+def test_per_response_reward_keeps_verls_streaming_workers(tmp_path, tiny_qwen3_dir, monkeypatch):
+    class Manager:
+        reward_loop_worker_handles = ["worker"]
+
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    assert not trainer.group_reward and trainer.reward is None  # the reward lives in verl's reward workers
+    monkeypatch.setattr(PPOTrainer, "_setup", lambda self: setattr(self, "reward_loop_manager", Manager()))
+    trainer._setup()
+    assert trainer.get_reward_handles() == ["worker"]
+
+
+def test_train_batches_ask_the_agent_loop_for_n_votes_rollouts(ttrl_trainer):
+    ttrl_trainer.global_steps = 3
+    ttrl_trainer.train_dataloader = [{"raw_prompt": np.array([[{"role": "user", "content": "q"}]] * 2, dtype=object)}]
+    ttrl_trainer.train_dataloader_it = None
+    ttrl_trainer.config.data.train_batch_size = 2
+    batch = ttrl_trainer._next_train_batch()
+    assert batch["__rollout_n__"] == 4 and batch["global_steps"] == 3
+    assert all(chunk["__rollout_n__"] == 4 for chunk in batch.chunk(2))  # as AgentLoopManagerTQ splits it
+
+
+def test_group_trainer_refuses_dapo_filtering(tmp_path, tiny_qwen3_dir):
+    config = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)
+    config.algorithm.filter_groups.enable = True
+    with pytest.raises(ValueError, match="filter_groups"):
+        SarlTrainer(config)
+
+
+def test_entry_point_runs_verls_ppo_with_our_task_runner(tmp_path, tiny_qwen3_dir, monkeypatch):
+    import sarl.backends.verl.main as entry
+
+    (tmp_path / "verl_trainer.yaml").write_text(OmegaConf.to_yaml(verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)))
+    seen = {}
+    monkeypatch.setattr(
+        entry, "run_ppo", lambda config, task_runner_class: seen.update(config=config, cls=task_runner_class)
+    )
+    monkeypatch.setattr(sys, "argv", ["main", "--config-path", str(tmp_path), "--config-name", "verl_trainer"])
+    entry.main()
+    assert seen["cls"] is SarlTaskRunner and seen["config"].trainer.v1.trainer_mode == TRAINER_NAME
+    assert seen["config"].actor_rollout_ref.rollout.n == 2
+
+
+# -- against a real TransferQueue (local Ray, CPU) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="sarl-test")
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+def put_rollouts(tokenizer, partition, rollouts):
+    """Rows laid out as verl's agent loop puts them (agent_loop_tq.py:176-216): the output's fields,
+    the dataset row's fields, a `{uid}_{session}_{index}` key and the status tags."""
+    keys, fields, tags = [], [], []
+    for uid, session, prompt, response, gold in rollouts:
+        p = torch.tensor(tokenizer(prompt, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+        r = torch.tensor(tokenizer(response, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+        keys.append(f"{uid}_{session}_0")
+        fields.append(
+            {
+                "prompts": p,
+                "responses": r,
+                "response_mask": torch.ones_like(r),
+                "input_ids": torch.cat([p, r]),
+                "num_turns": 2,
+                "extra_fields": {"min_global_steps": 0, "max_global_steps": 0},
+                "uid": uid,
+                "session_id": session,
+                "data_source": "math",
+                "reward_model": {"ground_truth": gold, "style": "rule"},
+                "extra_info": {"index": 0},
+                "raw_prompt": [{"role": "user", "content": prompt}],
+            }
+        )
+        tags.append({"status": "success", "seq_len": len(p) + len(r), "min_global_steps": 0, "max_global_steps": 0})
+    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
+    return tq.KVBatchMeta(partition_id=partition, keys=keys, tags=tags)
+
+
+# two prompts, four votes each, arriving interleaved; p1's majority answer is 4 (3 of 4), p2's is 7 (2 of 4)
+VOTES = {
+    ("p1", 0): "x \\boxed{4}",
+    ("p1", 1): "y \\boxed{5}",
+    ("p1", 2): "z \\boxed{4}",
+    ("p1", 3): "w \\boxed{4}",
+    ("p2", 0): "\\boxed{7}",
+    ("p2", 1): "none",
+    ("p2", 2): "a \\boxed{7}",
+    ("p2", 3): "b \\boxed{8}",
+}
+GOLD = {"p1": "4", "p2": "8"}
+
+
+def rollouts_in_completion_order():
+    order = [("p2", 3), ("p1", 1), ("p1", 0), ("p2", 0), ("p1", 3), ("p2", 2), ("p1", 2), ("p2", 1)]
+    return [(u, s, f"question {u}", VOTES[(u, s)], GOLD[u]) for u, s in order]
+
+
+@pytest.mark.slow
+def test_group_reward_scores_by_uid_writes_verls_fields_and_keeps_n_trained(transfer_queue, ttrl_trainer):
+    batch = put_rollouts(ttrl_trainer.tokenizer, "train", rollouts_in_completion_order())
+    metrics = {}
+    out = ttrl_trainer._compute_reward_colocate(batch, metrics=metrics)
+
+    expected = {
+        k: float(k[0] == "p1" and VOTES[k].endswith("{4}") or k[0] == "p2" and VOTES[k].endswith("{7}")) for k in VOTES
+    }
+    keep, _ = trained_sessions(list(VOTES), 2, seed=0)
+    assert sorted(parse_key(k)[:2] for k in out.keys) == keep  # 2 of each prompt's 4 votes
+    assert [t for t in out.tags] == [batch.tags[batch.keys.index(k)] for k in out.keys]
+    listed = tq.kv_list("train")["train"]
+    assert set(listed) == set(out.keys)  # the dropped votes are gone from TransferQueue
+
+    data = tq.kv_batch_get(
+        keys=out.keys, partition_id="train", select_fields=["rm_scores", "responses", "extra_fields"]
+    )
+    for key, scores, resp, extra in zip(
+        out.keys, data["rm_scores"].unbind(), data["responses"].unbind(), data.get("extra_fields").tolist()
+    ):
+        session = parse_key(key)[:2]
+        assert len(scores) == len(resp) and scores[-1].item() == expected[session] and scores[:-1].abs().sum() == 0
+        info = extra["reward_extra_info"]
+        assert info["score"] == expected[session] and extra["min_global_steps"] == 0  # verl's own fields kept
+        assert info["majority_ratio"] == (0.75 if session[0] == "p1" else 0.5)
+        assert info["acc"] == float(VOTES[session].endswith("{" + GOLD[session[0]] + "}"))
+
+    # metrics over all 8 votes: rewards 1,0,1,1 | 1,0,1,0; TTRL diagnostics against the hidden gold
+    assert metrics["reward/score/mean"] == pytest.approx(5 / 8) and metrics["reward/failed"] == 0.0
+    assert metrics["reward/no_answer/mean"] == pytest.approx(1 / 8)  # "none": no answer, reward 0, not a failure
+    assert metrics["reward/majority_ratio/mean"] == pytest.approx(0.625)
+    assert metrics["reward/label_accuracy/mean"] == pytest.approx(0.5)  # p1's label is right, p2's is not
+    assert metrics["reward/acc/mean"] == pytest.approx(4 / 8)
+    assert metrics["reward/voted_sessions"] == 8 and metrics["reward/trained_sessions"] == 4
+    assert metrics["reward/short_groups"] == 0 and metrics["reward/empty_responses"] == 0
+    tq.kv_clear(keys=out.keys, partition_id="train")
+
+
+@pytest.mark.slow
+def test_validation_batches_are_scored_and_kept_whole(transfer_queue, ttrl_trainer):
+    batch = put_rollouts(ttrl_trainer.tokenizer, "val", rollouts_in_completion_order())
+    out = ttrl_trainer._compute_reward_colocate(batch)  # _validate passes no metrics (l.1083)
+    assert out.keys == batch.keys
+    data = tq.kv_batch_get(keys=out.keys, partition_id="val", select_fields=["rm_scores", "extra_fields"])
+    # what verl's _validate reads: the summed rm_scores and the reward info of each rollout
+    assert data["rm_scores"].sum(dim=1).tolist() == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    assert all("acc" in e["reward_extra_info"] for e in data.get("extra_fields").tolist())
+    tq.kv_clear(keys=out.keys, partition_id="val")
+
+
+@pytest.mark.slow
+def test_per_response_metrics_are_added_to_verls_step_metrics(transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer):
+    """verl's own `_compute_metrics` on a trained batch, then our `reward/*` from the streamed info."""
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    trainer.tokenizer = byte_tokenizer
+    trainer._init_resource_pool_mgr()
+    batch = put_rollouts(byte_tokenizer, "train", [("u", s, "q", "<think>a\n\nb</think> 1", "1") for s in range(3)])
+    infos = [
+        {"score": 0.5, "sr": 0.5, "L": 1.0, "failed": 0.0},
+        {"score": 0.0, "sr": 0.0, "L": math.nan, "failed": 1.0},
+        {"score": 1.0, "sr": 1.0, "L": 1.0, "failed": 0.0},
+    ]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["responses", "extra_fields"])
+    lengths = [len(r) for r in data["responses"].unbind()]
+    rm, _ = jagged_scores([i["score"] for i in infos], lengths)
+    zeros = torch.nested.as_nested_tensor([torch.zeros(n) for n in lengths], layout=torch.jagged)
+    extra = [{**e, "reward_extra_info": i} for e, i in zip(data.get("extra_fields").tolist(), infos)]
+    fields = {"rm_scores": rm, "advantages": zeros, "returns": zeros, "extra_fields": extra}
+    from verl.utils import tensordict_utils as tu
+
+    tq.kv_batch_put(keys=batch.keys, partition_id="train", fields=tu.get_tensordict(fields))
+    metrics = {}
+    trainer._compute_metrics(batch, metrics, {"step": 1.0, "gen": 0.5}, global_steps=1, epoch=0)
+    assert metrics["critic/score/mean"] == pytest.approx(0.5)  # verl's own metric, still there
+    assert metrics["reward/score/mean"] == pytest.approx(0.5) and metrics["reward/failed"] == 1.0
+    assert metrics["reward/sr/mean"] == pytest.approx(0.5) and metrics["reward/L/mean"] == 1.0
+    assert metrics["reward/missing_info"] == 0.0
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+@pytest.mark.slow
+def test_task_runner_actor_finds_our_trainer_in_its_own_process(transfer_queue, tmp_path, tiny_qwen3_dir):
+    """verl's TaskRunnerV1 looks the trainer up inside its Ray actor (main_ppo.py:141): ours is
+    registered there (its failure comes from SarlTrainer's own check), verl's is not.
+    Runs last in this module: the actor's `run` closes TransferQueue when it ends."""
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    config = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)
+    config.algorithm.filter_groups.enable = True
+    with pytest.raises(ray.exceptions.RayTaskError, match="Unknown trainer 'sarl'"):
+        ray.get(TaskRunnerV1.remote().run.remote(config))
+    with pytest.raises(ray.exceptions.RayTaskError, match="disable filter_groups"):
+        ray.get(SarlTaskRunner.remote().run.remote(config))
+
+
+def test_the_trainer_module_registers_pasc_grpos_advantage_estimator():
+    """verl computes advantages in the TaskRunner process, which imports this module."""
+    from verl.trainer.ppo import core_algos
+
+    import sarl.backends.verl.trainer  # noqa: F401
+
+    assert "scae" in core_algos.ADV_ESTIMATOR_REGISTRY
