@@ -190,6 +190,29 @@ def unparseable_golds(candidates: list[dict[str, Any]]) -> dict[int, str]:
     return {}
 
 
+PROMPT_STYLES = ("plain", "structured")
+
+
+def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
+    """The user prompt of a math problem (question, row id) for `prompt_style`:
+    - plain: question + `prompt_suffix` (SARL App. B.1);
+    - structured: Structured Reasoning's tagged-step prompt (seed 004 App. A.14) with its RL-time tag
+      randomisation (App. A.4: the top 5 tags plus 0-5 random others, shuffled), drawn per row from
+      (`prompt_seed`, row id), so every row gets its own tag set and a rebuild gives the same prompts."""
+    style = cfg.get("prompt_style") or "plain"
+    if style == "plain":
+        suffix = cfg.get("prompt_suffix") or ""
+        return lambda question, rid: question + suffix
+    if style == "structured":
+        from baselines.structured_prompt import randomized_prompt
+
+        seed = int(cfg.get("prompt_seed") or 0)
+        return lambda question, rid: randomized_prompt(question, seed=seed, key=rid)
+    raise DataValidationError(
+        f"dataset '{cfg['name']}': prompt_style {style!r} is not one of {', '.join(PROMPT_STYLES)}"
+    )
+
+
 def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps, drop_invalid: bool) -> Built:
     """Math problems: prompt = question + `prompt_suffix` (SARL App. B.1: "Let's think step by step and output
     the final answer within \\boxed{}."), ground truth = the normalised accepted answers, validated by
@@ -229,13 +252,13 @@ def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps,
     kept = [c for c in candidates if c["index"] not in bad]
     steps("gold answers parse (eval.grading, math-verify)", len(kept))
     settle(name, problems, drop_invalid)
-    suffix = cfg.get("prompt_suffix") or ""
+    prompt_of = math_prompt(cfg)
     records = [
         record(
             name,
             split,
             "math",
-            [{"role": "user", "content": c["question"].strip() + suffix}],
+            [{"role": "user", "content": prompt_of(c["question"].strip(), str(c["id"]))}],
             c["answers"],
             {"index": c["index"], "id": c["id"], **extras(c["row"], fields)},
         )

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 FIXTURE_FILES = {
     "aime_1983_2024": "aime_1983_2024.csv",
+    "aime_1983_2024_structured": "aime_1983_2024.csv",
     "aime25": "aime25.jsonl",
     "amc23": "amc23.jsonl",
     "math500": "math500.jsonl",
@@ -95,6 +96,37 @@ def test_aime_1983_2024_in_verl_and_trl_layouts(tmp_path):
     for line, row in zip(trl, parquet_rows(tmp_path, "aime_1983_2024", "train")):
         assert line["prompt"] == row["prompt"] and line["extra_info"] == row["extra_info"]
         assert line["ground_truth"] == row["reward_model"]["ground_truth"]
+
+
+def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_path):
+    """Seed 004 App. A.14 prompt; App. A.4 RL-time randomisation: the top 5 tags plus 0-5 others, shuffled,
+    drawn per row from (prompt_seed, row id): rows differ, a rebuild is identical, the answers are unchanged."""
+    import re
+
+    from baselines.structured_prompt import TAGS, TOP_TAGS, randomized_prompt
+
+    build(tmp_path, "aime_1983_2024_structured", "expected_count=6")
+    rows = by_id(parquet_rows(tmp_path, "aime_1983_2024_structured", "train"))
+    plain = tmp_path / "plain"
+    build(plain, "aime_1983_2024", "expected_count=6")
+    plain_rows = by_id(parquet_rows(plain, "aime_1983_2024", "train"))
+    tag_sets = []
+    for rid, row in rows.items():
+        content = row["prompt"][0]["content"]
+        question = plain_rows[rid]["prompt"][0]["content"].removesuffix(SUFFIX)
+        assert content == randomized_prompt(question, seed=0, key=rid)
+        assert question in content and "\\boxed{ }" in content and SUFFIX not in content
+        listing = content.split("reasoning: ", 1)[1].split(".\n", 1)[0]
+        tags = re.findall(r"<([a-z_]+)>", listing)
+        assert set(TOP_TAGS) <= set(tags) <= set(TAGS) and 5 <= len(tags) <= 10 and len(set(tags)) == len(tags)
+        tag_sets.append(tuple(tags))
+        assert row["reward_model"] == plain_rows[rid]["reward_model"]
+    assert len(set(tag_sets)) > 1  # randomised per row, not one prompt for all
+    again = tmp_path / "again"
+    build(again, "aime_1983_2024_structured", "expected_count=6")
+    assert by_id(parquet_rows(again, "aime_1983_2024_structured", "train")) == rows
+    with pytest.raises(Exception, match="prompt_style"):
+        build(tmp_path / "bad", "aime_1983_2024", "expected_count=6", "+prompt_style=fancy")
 
 
 def test_the_manifest_pins_the_source_and_every_output(tmp_path):
