@@ -1,6 +1,7 @@
 """Score a JSONL file of responses with the structure reward.
 
     python -m sarl.score input=FILE.jsonl output=OUT.jsonl [plot=true] [reward=sarl_c_only]
+    python -m sarl.score input=FILE.jsonl view=ID      # the reasoning-map viewer for one response
 
 Each input line needs a "response" field (optional: "id", "prompt"). Each output line
 holds the id, score, SR, C, L, step/node/edge counts, flags and the failure reason.
@@ -68,10 +69,41 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def view_one(cfg: DictConfig, reward: StructureReward, rows: list[dict]) -> Path:
+    """`view=ID`: the reasoning map of the response with that id (PNG in plot_dir) and its steps by function."""
+    from sarl.viz import step_table, view_response
+
+    wanted = str(cfg.view)
+    row = next((r for r in rows if str(r["id"]) == wanted), None)
+    if row is None:
+        ids = ", ".join(str(r["id"]) for r in rows[:20]) + (" ..." if len(rows) > 20 else "")
+        raise ValueError(
+            f"view={wanted!r}: no response with that id in {cfg.input or 'the shipped samples'}; ids: {ids}"
+        )
+    png = Path(cfg.plot_dir) / f"{_safe_name(wanted)}.png"
+    _, analysis = view_response(row["response"], reward, png, prompt=str(row.get("prompt", "")))
+    d = analysis.output.diagnostics
+    table = Table(
+        title=f"{wanted}: SR={_fmt(d.get('sr'))}  C={_fmt(d.get('C'))}  L={_fmt(d.get('L'))}  "
+        f"{int(d.get('n_nodes', 0))} functions, {int(d.get('n_edges', 0))} edges"
+    )
+    for col in ("step", "function", "text"):
+        table.add_column(col, justify="right" if col == "step" else "left", overflow="fold")
+    for n, function, text in step_table(analysis):
+        table.add_row(str(n), function, text)
+    console = Console(width=max(Console().width, 120))
+    console.print(table)
+    console.print(f"reasoning map: {png}")
+    return png
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="score")
 def main(cfg: DictConfig) -> None:
     reward: StructureReward = hydra.utils.instantiate(cfg.reward)
     rows = read_responses(cfg.input)
+    if cfg.get("view") is not None:
+        view_one(cfg, reward, rows)
+        return
     analyses = score_rows(reward, rows, cfg.batch_size)
     out_path = Path(cfg.output)
     out_path.parent.mkdir(parents=True, exist_ok=True)

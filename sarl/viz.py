@@ -61,3 +61,42 @@ def plot_reasoning_map(
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def view_response(
+    response: str,
+    reward,
+    path: str | Path,
+    title: str | None = None,
+    prompt: str = "",
+):
+    """The reasoning-map viewer for one response: score it with `reward` (a StructureReward), draw its map to
+    `path` (PNG) and return (path, analysis). The title defaults to its SR, C, L and step count. A response whose
+    reward could not be computed raises ValueError with the reason; one without steps draws an empty map."""
+    from sarl.interface import RolloutBatch
+
+    analysis = reward.analyze(RolloutBatch(prompts=[prompt], responses=[response]))[0]
+    if analysis.output.failed:
+        raise ValueError(f"the structure reward of this response could not be computed: {analysis.output.failed}")
+    d = analysis.output.diagnostics
+    if title is None:
+        title = (
+            "  ".join(
+                f"{name}={d[key]:.3f}" if isinstance(d.get(key), float) else f"{name}=-"
+                for name, key in (("SR", "sr"), ("C", "C"), ("L", "L"))
+            )
+            + f"  steps={int(d.get('n_steps', 0))}"
+        )
+    labels = analysis.labels if analysis.labels is not None else []
+    return plot_reasoning_map(analysis.steps, labels, path, title=title), analysis
+
+
+def step_table(analysis) -> list[tuple[int, str, str]]:
+    """(step number, reasoning function F<i> as in the map, first line of the step) for each step."""
+    if analysis.labels is None:
+        return []
+    order = {v: i for i, v in enumerate(dict.fromkeys(int(x) for x in analysis.labels))}
+    return [
+        (n + 1, f"F{order[int(lab)] + 1}", textwrap.shorten(step.replace("\n", " "), 100, placeholder="…"))
+        for n, (step, lab) in enumerate(zip(analysis.steps, analysis.labels))
+    ]

@@ -1,0 +1,142 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SARL Fig. 2: structure reward before and after training (2a) and a reasoning map before and after (2b)
+#
+# Fig. 2a reads the mean structure reward per benchmark from the `results.json` of the base model and of the trained
+# rows (`eval.run` computes it for every sampled response): `RESULTS/base/` and `RESULTS/<exp>/` as in `tables.py`.
+# Fig. 2b scores two responses to the same problem (a JSONL file with `label` and `response`, first line before
+# training, second after) with the structure reward and draws their reasoning maps with the viewer
+# `sarl.viz.view_response` (the same one as `python -m sarl.score input=FILE view=ID`).
+#
+#     python notebooks/fig2_structure.py --results runs/eval --responses pair.jsonl --out runs/paper
+
+# %%
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
+import _paper as paper  # noqa: E402
+
+RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
+RESPONSES = paper.setting("SARL_RESPONSES", "")
+OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+TRAINED_MATH = paper.setting("SARL_TRAINED_MATH", "grpo_sarl_math")  # the row compared on the math benchmarks
+TRAINED_OPEN = paper.setting("SARL_TRAINED_OPEN", "grpo_sarl_open")  # and on WildBench
+OUT.mkdir(parents=True, exist_ok=True)
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# %% [markdown]
+# ## Fig. 2a: mean structure reward per benchmark, base vs. trained, with the relative change
+
+# %%
+results = paper.load_results(RESULTS, ["base", TRAINED_MATH, TRAINED_OPEN])
+bench = [(k, name, TRAINED_MATH) for k, name in paper.MATH_BENCHMARKS] + [(paper.WILDBENCH, "WildBench", TRAINED_OPEN)]
+
+
+def sr_of(row, key):
+    r = results.get(row) or {}
+    part = (r.get("math") or {}) if key != paper.WILDBENCH else (r.get("wildbench") or {})
+    return (((part.get("benchmarks") or {}).get(key) or {}).get("structure") or {}).get("sr_mean")
+
+
+fig2a = {}
+skipped = []
+for key, name, row in bench:
+    before, after = sr_of("base", key), sr_of(row, key)
+    if before is None or after is None:
+        skipped.append(f"{name} ({'base' if before is None else row} has no structure statistics)")
+        continue
+    # SARL Fig. 2a: the change of SR after training, relative to the base model, in percent
+    fig2a[name] = {"base": before, "trained": after, "row": row, "change_pct": (after - before) / before * 100.0}
+if skipped:
+    print("left out of Fig. 2a:", "; ".join(skipped))
+if not fig2a:
+    raise SystemExit(f"no benchmark has structure statistics for both the base model and the trained rows in {RESULTS}")
+
+fig, ax = plt.subplots(figsize=(1.6 * len(fig2a) + 2, 3.6))
+xs = range(len(fig2a))
+ax.bar([x - 0.2 for x in xs], [v["base"] for v in fig2a.values()], 0.4, label="Base", color="#b0b0b0")
+ax.bar([x + 0.2 for x in xs], [v["trained"] for v in fig2a.values()], 0.4, label="SARL", color="#4c72b0")
+for x, v in zip(xs, fig2a.values()):
+    ax.annotate(f"{v['change_pct']:+.0f}%", (x + 0.2, v["trained"]), ha="center", va="bottom", fontsize=8)
+ax.set_xticks(list(xs), list(fig2a))
+ax.set_ylabel("mean structure reward SR")
+ax.set_title("Structure reward before and after SARL training")
+ax.legend()
+fig.tight_layout()
+fig.savefig(OUT / "fig2a_structure_reward.png", dpi=120)
+(OUT / "fig2a.json").write_text(json.dumps({"benchmarks": fig2a, "left_out": skipped}, indent=2), encoding="utf-8")
+print(json.dumps(fig2a, indent=1))
+
+# %% [markdown]
+# ## Fig. 2b: the reasoning map of one problem's response before and after training
+#
+# Scored with the structure reward of the math setting (`conf/reward/sarl.yaml`: KMeans, "\n\n" steps) and the
+# in-process MiniLM embedder (`bundled-minilm`), unless `SARL_EMBEDDER=vllm_server` and `SARL_EMBED_URL` name a
+# `/v1/embeddings` server as in the paper (Qwen3-Embedding-0.6B).
+
+# %%
+if RESPONSES:
+    from sarl.reward import StructureReward
+    from sarl.score import read_responses
+    from sarl.viz import step_table, view_response
+
+    pair = read_responses(RESPONSES)
+    if len(pair) != 2:
+        raise SystemExit(f"{RESPONSES}: Fig. 2b needs exactly two responses (before, after), found {len(pair)}")
+    if paper.setting("SARL_EMBEDDER", "local") == "vllm_server":
+        from sarl.embed.http import HTTPEmbedder
+
+        embedder = HTTPEmbedder(
+            url=paper.setting("SARL_EMBED_URL", ""),
+            model=paper.setting("SARL_EMBED_MODEL", "Qwen/Qwen3-Embedding-0.6B"),
+        )
+    else:
+        from sarl.embed.local import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder()
+    reward = StructureReward(embedder, variant="sarl", clustering="kmeans")
+    panels, fig2b = [], {}
+    for side, row in zip(("before", "after"), pair):
+        png, analysis = view_response(
+            row["response"], reward, OUT / f"fig2b_{side}.png", prompt=str(row.get("prompt", ""))
+        )
+        d = analysis.output.diagnostics
+        label = row.get("label", side)
+        fig2b[side] = {
+            "label": label,
+            "id": row["id"],
+            **{k: d.get(k) for k in ("sr", "C", "L", "n_steps", "n_nodes", "n_edges")},
+        }
+        panels.append((png, f"{label}: SR={d['sr']:.2f}, {int(d['n_nodes'])} functions, {int(d['n_edges'])} edges"))
+        print(f"{label}:")
+        for n, function, text in step_table(analysis):
+            print(f"  {n:3d} {function:4s} {text}")
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6))
+    for ax, (png, title) in zip(axes, panels):
+        ax.imshow(plt.imread(png))
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(OUT / "fig2b_reasoning_maps.png", dpi=120)
+    (OUT / "fig2b.json").write_text(json.dumps(fig2b, indent=2), encoding="utf-8")
+    print(json.dumps(fig2b, indent=1))
+else:
+    print("Fig. 2b skipped: give --responses FILE.jsonl (two responses: before and after training)")

@@ -1,0 +1,135 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SARL Fig. 3: GRPO training dynamics (KL to the reference, policy entropy, response length)
+#
+# One curve per method, from each run's local `metrics.jsonl` (the TRL back end writes it in the run directory) or
+# from its W&B history. Runs are named `LABEL=SOURCE`, comma-separated, where SOURCE is a run directory or a
+# `metrics.jsonl` file, or `wandb:ENTITY/PROJECT/RUN_ID`:
+#
+#     python notebooks/fig3_training.py --out runs/paper \
+#         --runs "SARL=runs/grpo_sarl_math/2026-01-01_00-00-00,TTRL=wandb:me/sarl/abc123"
+#
+# Without `--runs`, every `TRAINING/<row>/metrics.jsonl` of the four GRPO rows of Fig. 3 is used (`--training DIR`).
+
+# %%
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
+import _paper as paper  # noqa: E402
+
+RUNS = paper.setting("SARL_RUNS", "")
+TRAINING = paper.setting("SARL_TRAINING", "runs")
+OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+OUT.mkdir(parents=True, exist_ok=True)
+FIG3_ROWS = {
+    "grpo_gt_math": "Ground-Truth",
+    "grpo_ttrl_math": "TTRL",
+    "grpo_empo_math": "EMPO",
+    "grpo_sarl_math": "SARL",
+}
+
+# The metric of each panel: the TRL back end's name first, then verl's (KL to the reference is verl's kl_loss).
+PANELS = (
+    ("KL to the reference", ("actor/kl", "actor/kl_loss")),
+    ("policy entropy", ("actor/entropy",)),
+    ("response length (tokens)", ("response_length/mean",)),
+)
+
+
+# %% [markdown]
+# ## Load each run's history (local metrics.jsonl or W&B)
+
+
+# %%
+def local_history(path: Path) -> list[dict]:
+    """Rows of a metrics.jsonl (a run directory holds it at its top level); a resumed run's repeated steps keep
+    the last record of each step."""
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: give a run directory with metrics.jsonl or the file itself")
+    by_step = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SystemExit(f"{path}, line {n}: not valid JSON ({err})") from err
+            by_step[int(row["step"])] = row
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def wandb_history(run_path: str) -> list[dict]:
+    """A W&B run's full history (needs network access and a W&B login)."""
+    import wandb
+
+    keys = [k for _, names in PANELS for k in names]
+    run = wandb.Api().run(run_path)
+    rows = []
+    for row in run.scan_history():
+        step = row.get("_step", row.get("step"))
+        if step is not None and any(row.get(k) is not None for k in keys):
+            rows.append({"step": int(step), **{k: row[k] for k in keys if row.get(k) is not None}})
+    return rows
+
+
+if RUNS:
+    sources = dict(item.split("=", 1) for item in RUNS.split(",") if item.strip())
+else:
+    sources = {
+        label: str(Path(TRAINING) / row / "metrics.jsonl")
+        for row, label in FIG3_ROWS.items()
+        if (Path(TRAINING) / row / "metrics.jsonl").is_file()
+    }
+if not sources:
+    raise SystemExit(f"no runs: give --runs LABEL=SOURCE,... or put <row>/metrics.jsonl under {TRAINING}")
+histories = {
+    label: wandb_history(src.removeprefix("wandb:")) if src.startswith("wandb:") else local_history(Path(src))
+    for label, src in sources.items()
+}
+
+# %% [markdown]
+# ## Plot: one panel per metric, one curve per method
+
+# %%
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
+series = {}
+for ax, (title, names) in zip(axes, PANELS):
+    for label, rows in histories.items():
+        key = next((k for k in names if any(r.get(k) is not None for r in rows)), None)
+        if key is None:
+            print(f"{label}: no {' or '.join(names)} in its history; left out of '{title}'")
+            continue
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label)
+        series.setdefault(title, {})[label] = {"key": key, "steps": [p[0] for p in pts], "values": [p[1] for p in pts]}
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.legend(fontsize=8)
+fig.suptitle("Training dynamics under GRPO (SARL Fig. 3)")
+fig.tight_layout()
+fig.savefig(OUT / "fig3_training_dynamics.png", dpi=120)
+(OUT / "fig3.json").write_text(json.dumps(series, indent=1), encoding="utf-8")
+for title, by_label in series.items():
+    print(
+        title + ": " + ", ".join(f"{lab} {v['values'][-1]:.4g} at step {v['steps'][-1]}" for lab, v in by_label.items())
+    )

@@ -1,0 +1,83 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SARL Tables 2, 3, 4, 5, 8, 9 and 10 from evaluation results
+#
+# Reads the `results.json` that `python -m eval.run ckpt=... name=ROW` writes, one directory per row:
+# `RESULTS/base/` (the base model on the math benchmarks and WildBench) and `RESULTS/<exp>/` for each `conf/exp/`
+# row (`grpo_sarl_math`, `ppo_sarl_open`, ...), each either holding `results.json` or `eval.run`'s
+# `<date>_<time>/results.json` (the newest complete one is used). Writes `tableN.md` and `tableN.csv` to `OUT`.
+#
+#     python notebooks/tables.py --results runs/eval --out runs/paper
+#
+# In Jupyter: `jupytext --to notebook notebooks/tables.py`, then set `SARL_RESULTS` / `SARL_OUT` (environment)
+# or edit the next cell. A row without results is printed as `-` and listed under its table.
+
+# %%
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
+import _paper as paper  # noqa: E402
+
+RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
+OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+if not Path(RESULTS).is_dir():
+    raise SystemExit(f"results directory {RESULTS} does not exist; pass --results DIR (or set SARL_RESULTS)")
+results = paper.load_results(RESULTS, paper.all_rows())
+print(f"{len(results)} of {len(paper.all_rows())} rows have results in {RESULTS}: {', '.join(results)}")
+
+# %% [markdown]
+# ## Table 2: math reasoning, avg@8 (Avg = mean of the four benchmarks, Δ% against the base model)
+
+# %%
+table2 = paper.accuracy_table("table2", "SARL Table 2: math reasoning, avg@k", paper.TABLE2_ROWS, results)
+print(table2.markdown())
+
+# %% [markdown]
+# ## Table 3: WildBench (WB Score = weighted category macro average, Δ% against the base model)
+
+# %%
+table3 = paper.wildbench_table(results)
+print(table3.markdown())
+
+# %% [markdown]
+# ## Tables 4, 8 and 9: response length in tokens
+
+# %%
+table4, table8, table9 = paper.length_tables(results)
+for t in (table4, table8, table9):
+    print(t.markdown())
+
+# %% [markdown]
+# ## Tables 5 and 10: the structure-reward terms (C only, L only, C + L) under GRPO on math
+
+# %%
+table10 = paper.accuracy_table(
+    "table10", "SARL Table 10: structure-reward terms per benchmark (GRPO, math)", paper.ABLATION_ROWS, results
+)
+table5 = paper.ablation_summary_table(results)
+for t in (table5, table10):
+    print(t.markdown())
+
+# %%
+import json  # noqa: E402
+
+tables = [table2, table3, table4, table5, table8, table9, table10]
+written = [p for t in tables for p in t.write(OUT)]
+(OUT / "tables.json").write_text(
+    json.dumps({t.name: {"values": t.values, "missing": t.missing} for t in tables}, indent=2), encoding="utf-8"
+)
+(OUT / "tables.md").write_text("\n".join(t.markdown() for t in tables), encoding="utf-8")
+print(f"wrote {len(written) + 2} files to {OUT}")

@@ -1,0 +1,213 @@
+"""The notebooks (jupytext percent files) run as scripts on the shipped fixture results and rebuild SARL's tables
+(the fixtures hold the paper's own numbers, so the rebuilt tables must print the paper's cells) and figures; the
+one-response reasoning-map viewer works from Python and from the scoring CLI."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sarl.reward import StructureReward
+from sarl.viz import step_table, view_response
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+FIXTURES = ROOT / "tests" / "fixtures" / "notebooks"
+NOTEBOOK_FILES = sorted(p.name for p in NOTEBOOKS.glob("*.py") if not p.name.startswith("_"))
+
+sys.path.insert(0, str(NOTEBOOKS))
+import _paper  # noqa: E402
+
+
+def run_notebook(name, *args, timeout=300):
+    proc = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / name), *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def assert_png(path):
+    import matplotlib.image
+
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+def table_lines(path):
+    return [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+
+
+def test_every_notebook_is_a_jupytext_percent_notebook():
+    jupytext = pytest.importorskip("jupytext")
+    assert {"tables.py", "fig2_structure.py", "fig3_training.py"} <= set(NOTEBOOK_FILES)
+    for name in NOTEBOOK_FILES:
+        nb = jupytext.read(NOTEBOOKS / name)
+        kinds = [c.cell_type for c in nb.cells]
+        assert kinds.count("markdown") >= 2 and kinds.count("code") >= 2, name
+        assert json.loads(jupytext.writes(nb, fmt="ipynb"))["cells"]  # converts to a real .ipynb
+
+
+def test_tables_notebook_prints_the_papers_tables(tmp_path):
+    run_notebook("tables.py", "--results", FIXTURES / "results", "--out", tmp_path)
+    for n in (2, 3, 4, 5, 8, 9, 10):
+        assert (tmp_path / f"table{n}.md").is_file() and (tmp_path / f"table{n}.csv").is_file()
+    t2 = table_lines(tmp_path / "table2.md")
+    # SARL Table 2, as printed (Avg and Δ% computed here from the four benchmark scores)
+    assert "| Base | 31.67 | 82.81 | 90.10 | 53.45 | 64.51 |" in t2
+    assert "| w/ Ground-Truth † | 41.67 | 86.56 | 92.75 | 59.74 | 70.18 (+8.8%) |" in t2
+    assert "| w/ SARL (Ours) | 42.92 | 85.00 | 92.53 | 61.08 | 70.38 (+9.1%) |" in t2
+    assert "| w/ TTRL | 42.91 | 86.56 | 93.15 | 61.86 | 71.12 (+10.2%) |" in t2
+    assert t2[-1] == "| w/ SARL (Ours) | 45.83 | 87.50 | 93.30 | 61.99 | 72.16 (+11.9%) |"
+    t3 = table_lines(tmp_path / "table3.md")
+    assert "| w/ SARL (Ours) | 57.05 | 45.87 | 27.70 | 53.47 | 30.05 | 40.26 (+34.6%) |" in t3
+    assert "| w/ EMPO | 51.01 | 36.11 | 17.62 | 45.69 | 12.92 | 29.20 (-2.4%) |" in t3
+    t4 = table_lines(tmp_path / "table4.md")
+    for row in ("| PPO w/ SARL | 5075.6 | -661.0 |", "| GRPO w/ SARL | 4587.8 | -1148.8 |"):
+        assert row in t4
+    assert "| GRPO w/ SARL | 2285.87 | -392.04 |" in t4
+    assert table_lines(tmp_path / "table5.md")[1:] == [
+        "| Base | 64.51 |",
+        "| SARL w/ L only | 70.96 (+10.0%) |",
+        "| SARL w/ C only | 71.97 (+11.6%) |",
+        "| SARL w/ C + L | 72.16 (+11.9%) |",
+    ]
+    t8 = table_lines(tmp_path / "table8.md")
+    assert "| PPO w/ Ground-Truth | 7047.7 | 4634.7 | 3124.9 | 4021.7 | 4707.3 | -1029.3 |" in t8
+    assert "| GRPO w/ TTRL | 6635.0 | 4057.8 | 2663.5 | 3258.5 | 4153.7 | -1582.9 |" in t8
+    assert "| EMPO | 2731.92 | +54.01 |" in table_lines(tmp_path / "table9.md")
+    assert "| SARL w/ L only | 40.42 | 87.81 | 92.92 | 62.68 | 70.96 (+10.0%) |" in table_lines(tmp_path / "table10.md")
+    values = json.loads((tmp_path / "tables.json").read_text())
+    assert values["table2"]["values"]["grpo_sarl_math"]["avg"] == pytest.approx(72.155)
+    assert all(not t["missing"] for t in values.values())
+
+
+def test_a_row_without_results_is_a_dash_and_is_listed(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results", results)
+    shutil.rmtree(results / "grpo_ttrl_math")
+    run_notebook("tables.py", "--results", results, "--out", tmp_path / "out")
+    text = (tmp_path / "out" / "table2.md").read_text()
+    assert "| w/ TTRL | - | - | - | - | - |" in text
+    assert "grpo_ttrl_math (no results.json)" in text
+    # the other rows are unchanged
+    assert "| w/ SARL (Ours) | 45.83 | 87.50 | 93.30 | 61.99 | 72.16 (+11.9%) |" in text
+
+
+def test_newest_complete_evaluation_is_used(tmp_path):
+    src = FIXTURES / "results" / "base" / "2026-01-01_00-00-00" / "results.json"
+    for stamp, complete in (("2026-01-01_00-00-00", True), ("2026-02-01_00-00-00", True), ("2026-03-01", False)):
+        d = tmp_path / "base" / stamp
+        d.mkdir(parents=True)
+        data = json.loads(src.read_text())
+        data["complete"] = complete
+        (d / "results.json").write_text(json.dumps(data))
+    assert _paper.find_results(tmp_path, "base").parent.name == "2026-02-01_00-00-00"
+    assert _paper.find_results(tmp_path, "grpo_sarl_math") is None
+
+
+def test_printed_rounding_is_half_up():
+    # SARL Table 8: mean(7047.7, 4634.7, 3124.9, 4021.7) = 4707.25 is printed 4707.3
+    assert _paper.printed(4707.25, 1) == 4707.3
+    assert _paper.printed(4707.25 - 1e-11, 1) == 4707.3  # float noise of the mean
+    assert _paper.printed(-1029.35, 1) == -1029.4
+    assert _paper.printed(2.675, 2) == 2.68
+    assert _paper.printed(None, 1) is None
+
+
+def test_fig2a_structure_reward_before_and_after(tmp_path):
+    proc = run_notebook("fig2_structure.py", "--results", FIXTURES / "results", "--out", tmp_path)
+    assert "Fig. 2b skipped" in proc.stdout
+    assert_png(tmp_path / "fig2a_structure_reward.png")
+    fig2a = json.loads((tmp_path / "fig2a.json").read_text())
+    assert list(fig2a["benchmarks"]) == ["AIME25", "AMC23", "MATH500", "Minerva", "WildBench"]
+    # SARL Sec. 4.4: AIME25's SR rises by 179% (fixture: 0.200 -> 0.558)
+    assert fig2a["benchmarks"]["AIME25"]["change_pct"] == pytest.approx(179.0)
+    assert fig2a["benchmarks"]["WildBench"]["row"] == "grpo_sarl_open"
+
+
+@pytest.mark.slow
+def test_fig2b_reasoning_maps_with_minilm(tmp_path):
+    responses = FIXTURES / "fig2b_responses.jsonl"
+    run_notebook("fig2_structure.py", "--results", FIXTURES / "results", "--responses", responses, "--out", tmp_path)
+    for name in ("fig2b_before.png", "fig2b_after.png", "fig2b_reasoning_maps.png"):
+        assert_png(tmp_path / name)
+    fig2b = json.loads((tmp_path / "fig2b.json").read_text())
+    assert fig2b["before"]["n_steps"] == 11 and fig2b["after"]["n_steps"] == 9
+    assert 0.0 <= fig2b["before"]["sr"] <= 1.5
+
+
+def test_fig3_training_dynamics_from_metrics_jsonl(tmp_path):
+    run_notebook("fig3_training.py", "--training", FIXTURES / "training", "--out", tmp_path)
+    assert_png(tmp_path / "fig3_training_dynamics.png")
+    series = json.loads((tmp_path / "fig3.json").read_text())
+    assert set(series) == {"KL to the reference", "policy entropy", "response length (tokens)"}
+    kl = series["KL to the reference"]
+    assert set(kl) == {"Ground-Truth", "TTRL", "EMPO", "SARL"}
+    assert kl["SARL"]["key"] == "actor/kl" and kl["SARL"]["steps"] == list(range(1, 21))
+    assert kl["SARL"]["values"][-1] == pytest.approx(0.02)
+
+
+def test_fig3_reads_verl_names_and_keeps_the_last_record_of_a_repeated_step(tmp_path):
+    rows = [
+        {"step": 1, "actor/kl_loss": 0.1, "actor/entropy": 0.5, "response_length/mean": 100.0},
+        {"step": 2, "actor/kl_loss": 0.9, "actor/entropy": 0.4, "response_length/mean": 90.0},
+        {"step": 2, "actor/kl_loss": 0.2, "actor/entropy": 0.4, "response_length/mean": 90.0},  # resumed run
+    ]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_notebook("fig3_training.py", "--runs", f"verl={run_dir}", "--out", tmp_path / "out")
+    kl = json.loads((tmp_path / "out" / "fig3.json").read_text())["KL to the reference"]["verl"]
+    assert kl == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.2]}
+
+
+def test_view_response_draws_one_map_and_lists_steps_by_function(tmp_path, keyword_embedder):
+    reward = StructureReward(keyword_embedder, variant="sarl", clustering="kmeans")
+    text = "<think>plan it\n\ncalc one\n\ncheck one\n\ncalc two\n\ncheck two\n\nanswer</think> 3"
+    png, analysis = view_response(text, reward, tmp_path / "map.png")
+    assert_png(png)
+    rows = step_table(analysis)
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[0][1] == "F1"
+    # the same cluster is the same function, numbered by first appearance as in the map
+    by_text = {r[2]: r[1] for r in rows}
+    assert (by_text["calc one"] == by_text["calc two"]) == (analysis.labels[1] == analysis.labels[3])
+
+
+def test_view_response_reports_a_failed_reward(tmp_path, keyword_embedder):
+    from fakes import KeywordEmbedder
+
+    reward = StructureReward(KeywordEmbedder(bad={"calc one": [float("nan")] * 16}), clustering="kmeans")
+    with pytest.raises(ValueError, match="could not be computed"):
+        view_response("<think>plan\n\ncalc one\n\ncheck</think>", reward, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.slow
+def test_score_cli_view_one_response(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run", "view=aime-loop", f"plot_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_png(tmp_path / "aime-loop.png")
+    assert "function" in proc.stdout and "F1" in proc.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run2", "view=nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "no response with that id" in bad.stderr

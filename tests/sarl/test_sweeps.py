@@ -1,0 +1,137 @@
+"""Every W&B sweep in sweeps/ expands (grid) into `python -m sarl.train` commands whose Hydra overrides compose,
+land on the configured back end and, on verl, build a verl trainer config that verl's own validation accepts,
+with the swept value in place."""
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from sarl.steps import parse_steps
+from sarl.train import check_landed, compose_train_config, experiment_name
+
+pytest.importorskip("verl")
+from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
+
+SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+SWEEPS = sorted(p.name for p in SWEEPS_DIR.glob("*.yaml"))
+
+
+def load_sweep(name: str) -> dict:
+    return yaml.safe_load((SWEEPS_DIR / name).read_text(encoding="utf-8"))
+
+
+def grid(sweep: dict) -> list[dict]:
+    """W&B's grid: the cartesian product of every parameter's `values`; a `value` is fixed."""
+    names, choices = [], []
+    for name, spec in sweep["parameters"].items():
+        if "values" in spec:
+            choices.append(list(spec["values"]))
+        elif "value" in spec:
+            choices.append([spec["value"]])
+        else:
+            raise AssertionError(f"parameter {name!r} has neither `values` nor `value` (a grid needs one)")
+        names.append(name)
+    return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+
+
+def command_line(sweep: dict, params: dict) -> list[str]:
+    """The argv a W&B agent runs: ${env} dropped, ${interpreter} -> python, ${args_no_hyphens} -> key=value."""
+    argv = []
+    for part in sweep["command"]:
+        if part == "${env}":
+            continue
+        if part == "${interpreter}":
+            argv.append("python")
+        elif part == "${args_no_hyphens}":
+            argv.extend(f"{k}={v}" for k, v in params.items())
+        else:
+            assert "${" not in str(part), f"unsupported W&B macro {part!r}"
+            argv.append(str(part))
+    return argv
+
+
+def test_every_axis_of_the_issue_has_a_sweep():
+    swept = {k for name in SWEEPS for k in load_sweep(name)["parameters"] if len(grid(load_sweep(name))) > 1}
+    assert {"reward", "reward.clustering", "reward.delimiter", "seed"} <= swept
+    ablation = load_sweep("reward_ablation.yaml")["parameters"]["reward"]["values"]
+    assert ablation == ["sarl", "sarl_c_only", "sarl_l_only"]
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_is_a_wandb_grid_calling_sarl_train(name):
+    sweep = load_sweep(name)
+    assert sweep["method"] == "grid"
+    assert sweep["name"]
+    cmd = sweep["command"]
+    assert cmd[:4] == ["${env}", "${interpreter}", "-m", "sarl.train"]
+    assert cmd.count("${args_no_hyphens}") == 1
+    # the experiment is pinned either in the command or as a swept parameter, exactly once
+    exp = [c for c in cmd if str(c).startswith("+exp=")] + [k for k in sweep["parameters"] if k == "+exp"]
+    assert len(exp) == 1, f"{name}: pin +exp once (command literal or parameter)"
+    for value in (v for combo in grid(sweep) for v in combo.values()):
+        assert not isinstance(value, bool), "W&B writes booleans as True/False; put them in the command instead"
+
+
+def sweep_cases():
+    for name in SWEEPS:
+        sweep = load_sweep(name)
+        for i, params in enumerate(grid(sweep)):
+            yield pytest.param(name, params, id=f"{Path(name).stem}-{i}")
+
+
+@pytest.mark.parametrize("name,params", list(sweep_cases()))
+def test_every_combination_composes_and_validates_on_verl(name, params, tmp_path, tiny_qwen3_dir):
+    sweep = load_sweep(name)
+    argv = command_line(sweep, params)
+    assert argv[:3] == ["python", "-m", "sarl.train"]
+    overrides = argv[3:] + [f"model.path={tiny_qwen3_dir}"]
+    cfg, choices = compose_train_config(overrides)
+    check_landed(cfg, choices)
+    # the swept values are the ones in the composed config
+    for key, value in params.items():
+        if key == "+exp":
+            assert choices["exp"] == value
+        elif key in ("reward", "algorithm", "data", "model", "embedding", "backend"):
+            assert choices[key] == value
+        else:
+            assert OmegaConf.select(cfg, key) == value, f"{key}: {OmegaConf.select(cfg, key)!r} != {value!r}"
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
+    validate_verl_config(vcfg)
+    assert vcfg.data.seed == cfg.seed
+
+
+def test_ablation_variants_reach_the_reward():
+    sweep = load_sweep("reward_ablation.yaml")
+    variants = []
+    for params in grid(sweep):
+        cfg, _ = compose_train_config(command_line(sweep, params)[3:])
+        variants.append(cfg.reward.variant)
+        assert cfg.reward.clustering == "kmeans"  # the math row's clustering (SARL Table 6) is kept
+    assert variants == ["sarl", "c_only", "l_only"]
+
+
+def test_delimiter_sweep_splits_steps_as_documented():
+    """The swept delimiters arrive as regular expressions and cut a response as the sweep's comment says."""
+    sweep = load_sweep("step_delimiter.yaml")
+    text = "<think>Plan.\n\nCompute a.\nCompute b.\n  \nCheck.</think> 42"
+    expected = {
+        r"\n\n": ["Plan.", "Compute a.\nCompute b.\n  \nCheck."],
+        r"\n": ["Plan.", "Compute a.", "Compute b.", "Check."],
+        r"\n\s*\n": ["Plan.", "Compute a.\nCompute b.", "Check."],
+    }
+    seen = []
+    for params in grid(sweep):
+        cfg, _ = compose_train_config(command_line(sweep, params)[3:])
+        assert cfg.reward.delimiter_regex is True
+        re.compile(cfg.reward.delimiter)
+        steps = parse_steps(text, cfg.reward.delimiter, cfg.reward.no_think, regex=True).steps
+        assert steps == expected[cfg.reward.delimiter], cfg.reward.delimiter
+        seen.append(cfg.reward.delimiter)
+    assert seen == list(expected)
+    # the regex default gives the plain-string default's steps
+    assert parse_steps(text, "\n\n", "whole").steps == expected[r"\n\n"]
