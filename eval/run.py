@@ -625,7 +625,12 @@ def run(cfg: DictConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     logging.getLogger("eval").setLevel(logging.INFO)
-    cfg = compose_eval_config(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = compose_eval_config(argv)
+    if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
+        from sarl.launch.slurm import dispatch
+
+        return dispatch("eval.run", argv, cfg.launcher)
     try:
         return run(cfg)
     except KeyboardInterrupt:

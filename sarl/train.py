@@ -168,6 +168,10 @@ def embedding_server_for(cfg: DictConfig, reward_cfg: dict) -> Iterator[None]:
 def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
     experiment = experiment_name(choices)
     check_landed(cfg, choices)
+    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (sarl/launch/)
+        from sarl.launch.slurm import dispatch, train_argv
+
+        return dispatch("sarl.train", train_argv(overrides or [], cfg), cfg.launcher)
     run_dir = resolve_run_dir(cfg, experiment)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])

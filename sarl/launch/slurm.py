@@ -1,0 +1,334 @@
+"""`launcher=slurm_h100`: submit `sarl.train` (or `eval.run`) to SLURM with submitit.
+
+    python -m sarl.train +exp=grpo_sarl_math launcher=slurm_h100 [launcher.account=ACC] [launcher.wait=true]
+
+The job runs the same command with the same overrides, minus the launcher ones plus `launcher=local`,
+in the submitting directory with the submitting interpreter and environment. Resources come from
+conf/launcher/slurm_h100.yaml, and each of them can be overridden from the environment
+(`SARL_SLURM_PARTITION`, `..._ACCOUNT`, `..._QOS`, `..._TIME_MIN`, `..._NODES`, `..._GPUS_PER_NODE`,
+`..._CPUS_PER_TASK`, `..._MEM_GB`); the environment wins over the config.
+
+Preemption and time-outs: submitit asks SLURM for USR2 `signal_delay_s` before the time limit and
+catches the preemption signal; `ModuleJob.checkpoint()` stops the run and hands submitit itself
+again, and submitit requeues the job (`scontrol requeue`). A requeued job keeps its SLURM_JOB_ID,
+so sarl.train finds the same run directory (`..._j<jobid>`), resumes from its last checkpoint and
+logs to the same W&B run (the W&B run id derives from the run directory). A job an administrator
+requeues (`scontrol requeue`) or that SLURM kills on preemption reruns the same submission and
+resumes the same way.
+
+Multi-node (nodes > 1): one task per node; node 0 starts a Ray head (`ray start --head`), every
+other node joins it (`ray start --address=HEAD:PORT --block`), node 0 waits until all nodes have
+joined and runs the driver once, with RAY_ADDRESS set, so verl's trainer uses the whole
+allocation; the embedding server (url "auto") is started by the driver, hence on the first node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+log = logging.getLogger("sarl.launch")
+
+# config key -> (environment variable, type)
+ENV_OVERRIDES: dict[str, tuple[str, type]] = {
+    "partition": ("SARL_SLURM_PARTITION", str),
+    "account": ("SARL_SLURM_ACCOUNT", str),
+    "qos": ("SARL_SLURM_QOS", str),
+    "time_min": ("SARL_SLURM_TIME_MIN", int),
+    "nodes": ("SARL_SLURM_NODES", int),
+    "gpus_per_node": ("SARL_SLURM_GPUS_PER_NODE", int),
+    "cpus_per_task": ("SARL_SLURM_CPUS_PER_TASK", int),
+    "mem_gb": ("SARL_SLURM_MEM_GB", float),
+}
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The resolved launcher config (conf/launcher/slurm_h100.yaml, then the environment)."""
+
+    name: str = "slurm_h100"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 60
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    additional: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    signal_delay_s: int = 120
+    max_num_timeout: int = 20
+    log_dir: str = "runs/slurm"
+    job_name: str | None = None
+    wait: bool = False
+    ray_port: int = 6379
+    ray_join_timeout_s: float = 600
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"launcher.nodes must be >= 1, got {self.nodes}")
+        if self.time_min < 1:
+            raise ValueError(f"launcher.time_min must be >= 1 minute, got {self.time_min}")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"launcher.gpus_per_node must be >= 0, got {self.gpus_per_node}")
+
+
+def settings(launcher_cfg: Any, env: Mapping[str, str] | None = None) -> SlurmSettings:
+    """SlurmSettings from the launcher config (a DictConfig or dict) with environment overrides."""
+    from omegaconf import DictConfig, OmegaConf
+
+    env = os.environ if env is None else env
+    raw = (
+        OmegaConf.to_container(launcher_cfg, resolve=True)
+        if isinstance(launcher_cfg, DictConfig)
+        else dict(launcher_cfg)
+    )
+    known = set(SlurmSettings.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown launcher keys {unknown}; known: {sorted(known)}")
+    for key, (var, cast) in ENV_OVERRIDES.items():
+        value = env.get(var)
+        if value is None or value == "":
+            continue
+        try:
+            raw[key] = cast(value)
+        except ValueError as err:
+            raise ValueError(f"{var}={value!r} is not a valid {cast.__name__} for launcher.{key}") from err
+    raw["additional"] = dict(raw.get("additional") or {})
+    raw["setup"] = list(raw.get("setup") or [])
+    return SlurmSettings(**raw)
+
+
+def executor_parameters(s: SlurmSettings) -> dict[str, Any]:
+    """submitit AutoExecutor.update_parameters() arguments (None values are left out: SLURM's defaults)."""
+    params: dict[str, Any] = {
+        "name": s.job_name or s.name,
+        "timeout_min": s.time_min,
+        "nodes": s.nodes,
+        "tasks_per_node": 1,  # one task per node: it starts Ray there (multi-node) or runs the driver
+        "gpus_per_node": s.gpus_per_node,
+        "cpus_per_task": s.cpus_per_task,
+        "mem_gb": s.mem_gb,
+        "slurm_partition": s.partition,
+        "slurm_account": s.account,
+        "slurm_qos": s.qos,
+        "slurm_signal_delay_s": s.signal_delay_s,
+        "slurm_additional_parameters": dict(s.additional),
+        "slurm_setup": list(s.setup),
+        "stderr_to_stdout": True,
+    }
+    if not s.gpus_per_node:
+        del params["gpus_per_node"]  # no --gpus-per-node=0 (a partition without GRES refuses it)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def job_argv(argv: Sequence[str]) -> list[str]:
+    """The overrides the job runs with: the launcher's own removed, `launcher=local` added
+    (so that the job runs instead of submitting itself again)."""
+    out = []
+    for arg in argv:
+        key = arg.lstrip("+~").split("=", 1)[0]
+        if key == "launcher" or key.startswith("launcher."):
+            continue
+        out.append(arg)
+    return [*out, "launcher=local"]
+
+
+def ray_head_command(port: int, num_gpus: int, num_cpus: int | None) -> list[str]:
+    cmd = ["ray", "start", "--head", f"--port={port}", f"--num-gpus={num_gpus}", "--disable-usage-stats"]
+    return cmd + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
+
+
+def ray_worker_command(head: str, port: int, num_gpus: int, num_cpus: int | None) -> list[str]:
+    cmd = ["ray", "start", f"--address={head}:{port}", f"--num-gpus={num_gpus}", "--block", "--disable-usage-stats"]
+    return cmd + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What one task (one node) of the job does."""
+
+    ray: list[str] | None  # the `ray start` command of this node, None on a single node
+    runs_driver: bool
+    env: dict[str, str]
+
+
+def task_plan(rank: int, hostnames: Sequence[str], s: SlurmSettings) -> TaskPlan:
+    """Single node: just the driver. Multi-node: node 0 starts the Ray head and runs the driver against it
+    (RAY_ADDRESS), the others join the head and block until it goes away."""
+    if len(hostnames) <= 1:
+        return TaskPlan(ray=None, runs_driver=True, env={})
+    head = hostnames[0]
+    address = f"{head}:{s.ray_port}"
+    if rank == 0:
+        return TaskPlan(ray_head_command(s.ray_port, s.gpus_per_node, s.cpus_per_task), True, {"RAY_ADDRESS": address})
+    return TaskPlan(ray_worker_command(head, s.ray_port, s.gpus_per_node, s.cpus_per_task), False, {})
+
+
+class ModuleJob:
+    """The submitit callable: `python -m MODULE ARGV` in WORKDIR, one per job; checkpointable.
+
+    `checkpoint()` (called by submitit on preemption/time-out) stops the running module and returns a
+    DelayedSubmission of this same job: the requeued job runs the same command, which resumes (same
+    SLURM_JOB_ID, hence the same run directory and its last checkpoint)."""
+
+    def __init__(self, module: str, argv: Sequence[str], workdir: str, settings: SlurmSettings, python: str):
+        self.module = module
+        self.argv = list(argv)
+        self.workdir = workdir
+        self.settings = settings
+        self.python = python
+        self._proc: subprocess.Popen | None = None
+        self._ray_started = False
+
+    def command(self) -> list[str]:
+        return [self.python, "-m", self.module, *self.argv]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_proc"] = None
+        state["_ray_started"] = False
+        return state
+
+    def __call__(self) -> int:
+        import submitit
+
+        env_ = submitit.JobEnvironment()
+        plan = task_plan(env_.global_rank, env_.hostnames, self.settings)
+        env = {**os.environ, **plan.env, "PYTHONUNBUFFERED": "1"}
+        log.info("job %s task %d/%d on %s", env_.job_id, env_.global_rank, env_.num_tasks, socket.gethostname())
+        if plan.ray is not None:
+            if not plan.runs_driver:
+                return self._run(plan.ray, env)  # a worker node: blocks while the head is up
+            subprocess.run(plan.ray, env=env, check=True)
+            self._ray_started = True
+            try:
+                wait_for_ray_nodes(len(env_.hostnames), plan.env["RAY_ADDRESS"], self.settings.ray_join_timeout_s)
+                return self._run_driver(env)
+            finally:
+                subprocess.run(["ray", "stop", "--force"], env=env, check=False)
+        return self._run_driver(env)
+
+    def _run_driver(self, env: dict[str, str]) -> int:
+        cmd = self.command()
+        print(f"sarl.launch: running {shlex.join(cmd)} in {self.workdir}", flush=True)
+        rc = self._run(cmd, env)
+        if rc == -signal.SIGTERM:
+            # SLURM terminated the job's processes (preemption, requeue, cancel): its follow-up (submitit's
+            # USR2 -> checkpoint() and requeue, or SIGKILL) decides what happens; fail only if none comes.
+            print("sarl.launch: the run was terminated (SIGTERM); waiting for SLURM's next signal", flush=True)
+            time.sleep(self.settings.signal_delay_s)
+        if rc != 0:
+            raise RuntimeError(f"{shlex.join(cmd)} exited with {rc}")
+        return rc
+
+    def _run(self, cmd: list[str], env: dict[str, str]) -> int:
+        self._proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, start_new_session=True)
+        try:
+            # poll, not wait(): a blocking wait() holds Popen's lock, and submitit's signal handler (which runs
+            # checkpoint() -> _stop_child() in this thread) could then never reap the child
+            while (rc := self._proc.poll()) is None:
+                time.sleep(0.5)
+            return rc
+        finally:
+            self._stop_child()
+
+    def _stop_child(self, grace_s: float = 30) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        """Preemption/time-out: stop the run (its last saved checkpoint is what the rerun resumes from)
+        and requeue this same job."""
+        import submitit
+
+        print("sarl.launch: preempted or timed out; stopping the run and requeuing", flush=True)
+        self._stop_child()
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def wait_for_ray_nodes(expected: int, address: str, timeout_s: float) -> None:
+    """Block until `expected` Ray nodes are alive in the cluster at `address`."""
+    import ray
+
+    ray.init(address=address)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+            if alive >= expected:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {alive}/{expected} Ray nodes joined {address} in {timeout_s} s")
+            time.sleep(2)
+    finally:
+        ray.shutdown()
+
+
+def submit_module(module: str, argv: Sequence[str], launcher_cfg: Any, *, workdir: str | None = None):
+    """Submit `python -m MODULE ARGV` (launcher overrides replaced by launcher=local) as a SLURM job;
+    return the submitit job."""
+    import submitit
+
+    s = settings(launcher_cfg)
+    folder = Path(s.log_dir) / "%j"
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=s.max_num_timeout)
+    executor.update_parameters(**executor_parameters(replace(s, job_name=s.job_name or module.replace(".", "_"))))
+    job = ModuleJob(module, job_argv(argv), str(Path(workdir or os.getcwd()).resolve()), s, sys.executable)
+    return executor.submit(job)
+
+
+def submit(argv: Sequence[str], launcher_cfg: Any):
+    """Submit `python -m sarl.train ARGV`."""
+    return submit_module("sarl.train", argv, launcher_cfg)
+
+
+def train_argv(argv: Sequence[str], cfg: Any) -> list[str]:
+    """sarl.train's overrides for the job: the trainer's node and GPU counts follow the allocation when the
+    launcher's (possibly from the environment) differ from train.nnodes / train.n_gpus_per_node."""
+    s = settings(cfg.launcher)
+    extra = []
+    if s.nodes != int(cfg.train.nnodes):
+        extra.append(f"train.nnodes={s.nodes}")
+    if s.gpus_per_node and s.gpus_per_node != int(cfg.train.n_gpus_per_node):
+        extra.append(f"train.n_gpus_per_node={s.gpus_per_node}")
+    return [*argv, *extra]
+
+
+def dispatch(module: str, argv: Sequence[str], launcher_cfg: Any) -> int:
+    """Submit, print the job id and log paths; with launcher.wait, block until the job ends, print its
+    log and return 0 if it succeeded (1 if not)."""
+    job = submit_module(module, argv, launcher_cfg)
+    print(f"submitted {module} as SLURM job {job.job_id}\n  stdout: {job.paths.stdout}\n  stderr: {job.paths.stderr}")
+    sys.stdout.flush()
+    if not settings(launcher_cfg).wait:
+        return 0
+    try:
+        job.result()
+        ok = True
+    except Exception as err:  # submitit raises the job's failure here
+        log.error("SLURM job %s failed: %s", job.job_id, err)
+        ok = False
+    stdout = Path(str(job.paths.stdout))
+    if stdout.exists():
+        sys.stdout.write(stdout.read_text(errors="replace")[-20000:])
+    print(f"SLURM job {job.job_id}: {'succeeded' if ok else 'failed'} (log: {stdout})")
+    return 0 if ok else 1
