@@ -253,19 +253,24 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
             raise
 
 
-def _wandb_record(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]) -> None:
-    """Send the resolved config, commit and versions to the W&B run that verl will then log to."""
+def wandb_init(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
+    """The run's W&B run (stable id from `env`, resumed if it exists) with the resolved config, commit and versions."""
     import wandb
 
+    return wandb.init(
+        id=env["WANDB_RUN_ID"],
+        resume="allow",
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        dir=str(run_dir),
+        config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
+    )
+
+
+def _wandb_record(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]) -> None:
+    """Send the resolved config, commit and versions to the W&B run that verl will then log to."""
     with _patched_environ(env):
-        w = wandb.init(
-            id=env["WANDB_RUN_ID"],
-            resume="allow",
-            project=cfg.logger.project,
-            entity=cfg.logger.entity,
-            dir=str(run_dir),
-            config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
-        )
+        w = wandb_init(cfg, meta, run_dir, env)
         w.save(str(run_dir / "config.yaml"), base_path=str(run_dir), policy="now")
         w.save(str(run_dir / "meta.json"), base_path=str(run_dir), policy="now")
         w.finish()

@@ -12,28 +12,6 @@ def grader():
 
 
 @pytest.fixture(scope="session")
-def byte_tokenizer():
-    """A real byte-level BPE tokenizer trained here on a few lines (no hub), laid out like Qwen3's
-    (a copy of the builder in tests/sarl/conftest.py, whose fixtures this directory cannot see)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = ["plan calc check answer the sum of x and y is\n\n<think> question a b c d e f " * 3]
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    hf.add_tokens(["<think>", "</think>"])
-    return hf
-
-
-@pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory, byte_tokenizer):
     """(checkpoint directory, model, tokenizer): a tiny 2-layer Qwen3 with seeded random weights and eager
     attention, saved with its tokenizer so that it also loads from the path."""

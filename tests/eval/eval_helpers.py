@@ -114,30 +114,14 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     template, trained until it answers each fixture prompt with its fixture response (near-deterministic at
     temperature 0.6)."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from sarl.backends.trl.policy import build_tokenizer
 
     pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
     corpus = [" ".join(m["content"] for m in msgs) + "\n" + resp for msgs, resp in pairs] * 2
     corpus.append("user assistant system")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=512,
-            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    hf.add_tokens(["<think>", "</think>"])  # added, not special: decoding keeps them (as Qwen3's)
+    hf = build_tokenizer(corpus, vocab_size=512)  # the smoke policy's tokenizer builder (Qwen3 chat markers)
     hf.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
     config = Qwen3Config(

@@ -280,16 +280,9 @@ def last_checkpoint(run_dir: Path) -> Path | None:
 def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     if "wandb" not in cfg.logger.backends:
         return None
-    import wandb
+    from sarl.train import wandb_init
 
-    return wandb.init(
-        id=env["WANDB_RUN_ID"],
-        resume="allow",
-        project=cfg.logger.project,
-        entity=cfg.logger.entity,
-        dir=str(run_dir),
-        config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
-    )
+    return wandb_init(cfg, meta, run_dir, env)
 
 
 def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], reward_cfg: dict | None = None) -> int:
