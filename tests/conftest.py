@@ -32,3 +32,46 @@ def byte_tokenizer():
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     hf.add_tokens(["<think>", "</think>"])
     return hf
+
+
+def _verl_batch(tokenizer, prompts, responses, uids, gts=None):
+    """A generated batch laid out as verl's rollout leaves it: left-padded prompts,
+    right-padded responses, attention mask over both."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    p = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    r = tokenizer(responses, add_special_tokens=False)["input_ids"]
+    pl, rl, pad = max(map(len, p)), max(map(len, r)), tokenizer.pad_token_id
+    prompt_ids = torch.tensor([[pad] * (pl - len(x)) + x for x in p])
+    resp_ids = torch.tensor([x + [pad] * (rl - len(x)) for x in r])
+    mask = torch.cat(
+        [
+            torch.tensor([[0] * (pl - len(x)) + [1] * len(x) for x in p]),
+            torch.tensor([[1] * len(x) + [0] * (rl - len(x)) for x in r]),
+        ],
+        dim=1,
+    )
+    n = len(prompts)
+    gts = gts or [None] * n
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": resp_ids,
+            "attention_mask": mask,
+            "input_ids": torch.cat([prompt_ids, resp_ids], 1),
+        },
+        non_tensors={
+            "uid": np.array(uids, dtype=object),
+            "data_source": np.array(["math"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": g, "style": "rule"} for g in gts], dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def verl_batch():
+    """`verl_batch(tokenizer, prompts, responses, uids, gts=None)`: a verl `DataProto` from real tokenizer output."""
+    return _verl_batch

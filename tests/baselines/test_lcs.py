@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
@@ -217,47 +216,13 @@ def test_lcs_config_instantiates():
 # ------------------------------------------------------------------------------------------- backends
 
 
-def make_dataproto(tokenizer, prompts, responses, uids, gts):
-    """A generated batch as verl's rollout leaves it (left-padded prompts, right-padded responses); a
-    copy of the helper in tests/sarl/backends/test_verl_reward.py."""
-    from verl import DataProto
-
-    p = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    r = tokenizer(responses, add_special_tokens=False)["input_ids"]
-    pl, rl, pad = max(map(len, p)), max(map(len, r)), tokenizer.pad_token_id
-    prompt_ids = torch.tensor([[pad] * (pl - len(x)) + x for x in p])
-    resp_ids = torch.tensor([x + [pad] * (rl - len(x)) for x in r])
-    mask = torch.cat(
-        [
-            torch.tensor([[0] * (pl - len(x)) + [1] * len(x) for x in p]),
-            torch.tensor([[1] * len(x) + [0] * (rl - len(x)) for x in r]),
-        ],
-        dim=1,
-    )
-    n = len(prompts)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompt_ids,
-            "responses": resp_ids,
-            "attention_mask": mask,
-            "input_ids": torch.cat([prompt_ids, resp_ids], 1),
-        },
-        non_tensors={
-            "uid": np.array(uids, dtype=object),
-            "data_source": np.array(["math"] * n, dtype=object),
-            "reward_model": np.array([{"ground_truth": g, "style": "rule"} for g in gts], dtype=object),
-            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
-        },
-    )
-
-
 @pytest.mark.slow  # imports verl (~5 s)
-def test_through_the_verl_group_path(grader, byte_tokenizer):
+def test_through_the_verl_group_path(grader, byte_tokenizer, verl_batch):
     pytest.importorskip("verl")
     from sarl.backends.verl.reward import reward_dataproto
 
     order = [2, 0, 1]  # verl may interleave a prompt's rollouts
-    data = make_dataproto(byte_tokenizer, ["question a"] * 3, [GROUP[i] for i in order], ["u"] * 3, ["2"] * 3)
+    data = verl_batch(byte_tokenizer, ["question a"] * 3, [GROUP[i] for i in order], ["u"] * 3, ["2"] * 3)
     out, metrics = reward_dataproto(data, LCSReward(grader=grader), byte_tokenizer)
     expected = expected_scores(GROUP, [True, True, False])
     assert out.batch["rm_scores"].sum(1).tolist() == pytest.approx([expected[i] for i in order])

@@ -5,7 +5,6 @@ import asyncio
 import math
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import pytest
 import torch
@@ -24,6 +23,7 @@ from baselines.maxflow import (
     step_importance,
 )
 from baselines.structured_prompt import parse_structured
+from sarl.bench import networkx_importance  # the benchmark's networkx reference: F and every F - F_-k
 from sarl.interface import Reward, RewardOutput, RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -92,21 +92,6 @@ def cap_from(n, edges):
     for u, v, c in edges:
         cap[u, v] = c
     return cap
-
-
-def networkx_importance(cap):
-    n = len(cap)
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n))
-    for u, v in zip(*np.nonzero(cap)):
-        g.add_edge(int(u), int(v), capacity=float(cap[u, v]))
-    flow = nx.maximum_flow_value(g, 0, n - 1)
-    delta = np.zeros(n)
-    for k in range(1, n - 1):
-        h = g.copy()
-        h.remove_node(k)
-        delta[k] = flow - nx.maximum_flow_value(h, 0, n - 1)
-    return flow, delta
 
 
 def test_max_flow_of_the_textbook_network():

@@ -5,7 +5,6 @@ import asyncio
 
 import numpy as np
 import pytest
-import torch
 from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
 
@@ -14,7 +13,6 @@ from sarl.interface import RewardOutput
 from sarl.reward import StructureReward
 
 verl = pytest.importorskip("verl")
-from verl import DataProto  # noqa: E402
 
 RESPONSES = [
     "<think>plan it\n\ncalc one\n\ncheck it\n\nplan two\n\ncalc two\n\ncheck two\n\n"
@@ -30,41 +28,8 @@ def tokenizer(byte_tokenizer):
     return byte_tokenizer
 
 
-def make_dataproto(tokenizer, prompts, responses, uids, gts=None):
-    """A generated batch laid out as verl's rollout leaves it: left-padded prompts,
-    right-padded responses, attention mask over both."""
-    p = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    r = tokenizer(responses, add_special_tokens=False)["input_ids"]
-    pl, rl, pad = max(map(len, p)), max(map(len, r)), tokenizer.pad_token_id
-    prompt_ids = torch.tensor([[pad] * (pl - len(x)) + x for x in p])
-    resp_ids = torch.tensor([x + [pad] * (rl - len(x)) for x in r])
-    mask = torch.cat(
-        [
-            torch.tensor([[0] * (pl - len(x)) + [1] * len(x) for x in p]),
-            torch.tensor([[1] * len(x) + [0] * (rl - len(x)) for x in r]),
-        ],
-        dim=1,
-    )
-    n = len(prompts)
-    gts = gts or [None] * n
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompt_ids,
-            "responses": resp_ids,
-            "attention_mask": mask,
-            "input_ids": torch.cat([prompt_ids, resp_ids], 1),
-        },
-        non_tensors={
-            "uid": np.array(uids, dtype=object),
-            "data_source": np.array(["math"] * n, dtype=object),
-            "reward_model": np.array([{"ground_truth": g, "style": "rule"} for g in gts], dtype=object),
-            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
-        },
-    )
-
-
-def test_per_response_reward_on_a_dataproto(tokenizer):
-    data = make_dataproto(tokenizer, ["question a"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
+def test_per_response_reward_on_a_dataproto(tokenizer, verl_batch):
+    data = verl_batch(tokenizer, ["question a"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
     reward = StructureReward(KeywordEmbedder())
     out, metrics = reward_dataproto(data, reward, tokenizer)
     scores = out.batch["rm_scores"]
@@ -98,10 +63,10 @@ class GroupRank:
         return outs
 
 
-def test_group_reward_sees_each_prompts_rollouts_whatever_the_order(tokenizer):
+def test_group_reward_sees_each_prompts_rollouts_whatever_the_order(tokenizer, verl_batch):
     responses = ["a", "bbbb", "cc", "dddddd", "e", "ff"]
     uids = ["p1", "p2", "p1", "p2", "p1", "p2"]  # interleaved, as balance_batch may leave them
-    data = make_dataproto(tokenizer, ["q"] * 6, responses, uids)
+    data = verl_batch(tokenizer, ["q"] * 6, responses, uids)
     out, _ = reward_dataproto(data, GroupRank(), tokenizer)
     scores = out.batch["rm_scores"].sum(1).tolist()
     assert scores == [0, 0, 1, 1, 0, 0]  # "cc" wins p1, "dddddd" wins p2
@@ -133,14 +98,14 @@ def test_group_rewards_are_known_by_their_class_without_building_them():
     assert not is_group_reward({"_target_": "sarl.reward.StructureReward"}) and not is_group_reward({})
 
 
-def test_missing_uid_is_a_clear_error(tokenizer):
-    data = make_dataproto(tokenizer, ["q"], ["a"], ["u"])
+def test_missing_uid_is_a_clear_error(tokenizer, verl_batch):
+    data = verl_batch(tokenizer, ["q"], ["a"], ["u"])
     data.non_tensor_batch.pop("uid")
     with pytest.raises(KeyError, match="uid"):
         reward_dataproto(data, GroupRank(), tokenizer)
 
 
-def test_per_sample_path_through_verls_own_reward_manager(tokenizer):
+def test_per_sample_path_through_verls_own_reward_manager(tokenizer, verl_batch):
     """verl loads our compute_score from config and its NaiveRewardManager calls it once per
     sample; concurrent calls are micro-batched into one reward call."""
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
@@ -161,7 +126,7 @@ def test_per_sample_path_through_verls_own_reward_manager(tokenizer):
         }
     )
     fn = get_custom_reward_fn(config)
-    data = make_dataproto(tokenizer, ["q"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
+    data = verl_batch(tokenizer, ["q"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
 
     async def run_all():
         manager = NaiveRewardManager(config, tokenizer, fn)
