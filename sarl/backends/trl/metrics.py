@@ -80,7 +80,6 @@ class MetricsRecorder(TrainerCallback):
     def __init__(self, path: str | Path, wandb_run: Any = None) -> None:
         self.path = Path(path)
         self.wandb_run = wandb_run
-        self.rows: list[dict[str, Any]] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 (TrainerCallback signature)
         if not logs or not state.is_world_process_zero:
@@ -96,7 +95,6 @@ class MetricsRecorder(TrainerCallback):
         for src, dst in ALIASES.items():
             if src in row:
                 row[dst] = row[src]
-        self.rows.append(row)
         with self.path.open("a") as f:
             f.write(
                 json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})

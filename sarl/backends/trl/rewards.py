@@ -18,7 +18,7 @@ import math
 from typing import Any, Sequence
 
 from sarl.backends.verl.reward import diagnostic_keys, reward_metrics
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RolloutBatch
 
 
 def message_text(messages: Any) -> str:
@@ -40,7 +40,6 @@ class TRLReward:
         self.__name__ = name or type(reward).__name__  # TRL names the reward's metrics after it
         self.calls = 0
         self.failed_total = 0
-        self.last_outputs: list[RewardOutput] = []
 
     def _prompt_text(self, prompt: Any) -> str:
         if isinstance(prompt, str):
@@ -100,7 +99,6 @@ class TRLReward:
         if len(outputs) != len(batch):
             raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
         self.calls += 1
-        self.last_outputs = list(outputs)
         metrics = reward_metrics(outputs, diagnostic_keys(self.reward, outputs))
         self.failed_total += int(metrics["reward/failed"])
         if log_metric is not None:
