@@ -228,6 +228,7 @@ def structure_all(
     """The structure reward (SR, C, L, steps, nodes, edges, flags, failure) of every response, cached."""
     if not cfg.structure.enabled:
         return {}
+    from sarl.cluster import DEFAULT_K_RULE
     from sarl.interface import RolloutBatch
     from sarl.reward import StructureReward
 
@@ -261,8 +262,13 @@ def structure_all(
         embedder = instantiate(emb_cfg)
         with tqdm(total=n_pending, desc="structure", unit="resp", dynamic_ncols=True) as bar:
             for kind, items in pending.items():
+                clustering = cfg.structure.clustering[kind]
                 reward = StructureReward(
-                    embedder, variant=cfg.structure.variant, clustering=cfg.structure.clustering[kind], seed=cfg.seed
+                    embedder,
+                    variant=cfg.structure.variant,
+                    clustering=clustering,
+                    seed=cfg.seed,
+                    k_rule=cfg.structure.k_rule if clustering == "kmeans" else DEFAULT_K_RULE,
                 )
                 size = int(cfg.structure.batch_size)
                 for start in range(0, len(items), size):

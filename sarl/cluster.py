@@ -5,9 +5,10 @@ Both methods run batched: responses with the same number of steps M are stacked,
 their Gram matrices come from one batched matrix product, and everything after
 that works on M x M matrices instead of M x d embeddings.
 
-- KMeans: k = min(M, max(1, round(sqrt(M))), #distinct embeddings); k-means++
-  seeding from a fixed seed, then Lloyd iterations to convergence, written in
-  kernel form (centroid distances from the Gram matrix).
+- KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with SPEC's rule
+  round(sqrt(M)) by default (`k_rule`, see `K_RULES` for the ablation's others);
+  k-means++ seeding from a fixed seed, then Lloyd iterations to convergence, written
+  in kernel form (centroid distances from the Gram matrix).
 - HDBSCAN: Euclidean distance, min_cluster_size = max(2, min(5, floor(M/4))),
   min_samples = max(1, min_cluster_size - 1). Core distances, mutual reachability
   and Prim's minimum spanning tree are computed batched (Prim exactly as
@@ -29,11 +30,43 @@ from sklearn.cluster._hdbscan._tree import tree_to_labels
 METHODS = ("kmeans", "hdbscan")
 
 
-def kmeans_k(n_steps: int, n_distinct: int | None = None) -> int:
-    """k = min(M, max(1, round(sqrt(M)))), capped at the number of distinct embeddings (SPEC 1)."""
+def _round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+# KMeans cluster-count rules, k before the caps as a function of the number of steps M.
+# "sqrt" is the paper's and the default: SARL App. A.1 uses "k ~ sqrt(M)", SPEC 1 fixes
+# round(sqrt(M)) with halves rounded up. The others exist for the k-rule ablation
+# (sweeps/k_rule.yaml); "fixed:K" (any K >= 1) is also accepted.
+K_RULES = {
+    "sqrt": lambda m: _round_half_up(math.sqrt(m)),  # SARL App. A.1, SPEC 1
+    "sqrt_floor": lambda m: math.isqrt(m),  # floor(sqrt(M))
+    "sqrt_ceil": lambda m: math.isqrt(m - 1) + 1,  # ceil(sqrt(M)), exact in integers
+    "sqrt_half": lambda m: _round_half_up(math.sqrt(m / 2)),  # rule of thumb k ~ sqrt(M/2)
+    "log2": lambda m: _round_half_up(math.log2(m)),  # k ~ log2(M)
+}
+DEFAULT_K_RULE = "sqrt"
+# Columns of the shared k-means++ draws: one per local trial, 2 + ln k <= 16 for any k < e^14.
+_U_COLUMNS = 16
+
+
+def check_k_rule(rule: str) -> str:
+    """`rule` if it names a k rule (a key of K_RULES or "fixed:K" with K >= 1), else ValueError."""
+    if isinstance(rule, str) and rule in K_RULES:
+        return rule
+    if isinstance(rule, str) and rule.startswith("fixed:") and rule[6:].isdigit() and int(rule[6:]) >= 1:
+        return rule
+    raise ValueError(f"k rule {rule!r} not found; choose one of: {', '.join(K_RULES)}, fixed:K (K >= 1)")
+
+
+def kmeans_k(n_steps: int, n_distinct: int | None = None, rule: str = DEFAULT_K_RULE) -> int:
+    """k = min(M, max(1, rule(M))), capped at the number of distinct embeddings (SPEC 1);
+    the default rule gives SPEC's k = min(M, max(1, round(sqrt(M))))."""
+    check_k_rule(rule)
     if n_steps <= 0:
         return 0
-    k = min(n_steps, max(1, math.floor(math.sqrt(n_steps) + 0.5)))
+    raw = int(rule[6:]) if rule.startswith("fixed:") else K_RULES[rule](n_steps)
+    k = min(n_steps, max(1, raw))
     return min(k, n_distinct) if n_distinct is not None else k
 
 
@@ -78,9 +111,15 @@ def _kmeans_bucket(gram: np.ndarray, d2: np.ndarray, ks: np.ndarray, u: np.ndarr
     kmax = int(ks.max())
     rows = np.arange(b)
     # Greedy k-means++ seeding (Arthur & Vassilvitskii 2007, with scikit-learn's
-    # 2 + ln k local trials): first centre uniform, then the D^2-sampled candidate that
-    # lowers the potential most. The draws u are shared by every response, so a
-    # response's clusters never depend on its position or its batch.
+    # 2 + ln k local trials, k the response's own): first centre uniform, then the
+    # D^2-sampled candidate that lowers the potential most. The draws u are shared by
+    # every response and u[j, t] does not depend on the batch, so a response's clusters
+    # never depend on its position or on the other responses.
+    trials = 2 + np.log(np.maximum(ks, 1)).astype(np.int64)  # (b,)
+    n_trials = int(trials.max())
+    if n_trials > u.shape[1]:
+        raise ValueError(f"k = {kmax} clusters needs {n_trials} k-means++ trials; at most {u.shape[1]} are drawn")
+    extra_trial = np.arange(n_trials)[None, :] >= trials[:, None]  # (b, T)
     centers = np.zeros((b, kmax), dtype=np.int64)
     centers[:, 0] = np.minimum((u[0, 0] * m).astype(np.int64), m - 1)
     closest = d2[rows, centers[:, 0]].copy()
@@ -88,10 +127,11 @@ def _kmeans_bucket(gram: np.ndarray, d2: np.ndarray, ks: np.ndarray, u: np.ndarr
     for j in range(1, kmax):
         cum = np.cumsum(closest, axis=1)
         # candidates (b, T): first index whose cumulative D^2 passes u * total
-        cand = (cum[:, None, :] > u[j][None, :, None] * cum[:, -1:, None]).argmax(axis=2)
+        cand = (cum[:, None, :] > u[j, :n_trials][None, :, None] * cum[:, -1:, None]).argmax(axis=2)
         cand_d = d2[rows[:, None], cand]  # (b, T, m)
         cand_d[cand_d < 1e-12] = 0.0
         potential = np.minimum(closest[:, None, :], cand_d).sum(-1)
+        potential[extra_trial] = np.inf
         best = potential.argmin(1)
         live = ks > j
         centers[:, j] = np.where(live, cand[rows, best], centers[:, 0])
@@ -159,22 +199,30 @@ def cluster_batch(
     method: str = "kmeans",
     seed: int = 0,
     max_iter: int = 300,
+    k_rule: str = DEFAULT_K_RULE,
 ) -> list[np.ndarray]:
     """One integer label per step for every response, batched over responses of equal length.
 
     HDBSCAN noise keeps label -1 here; the reasoning map treats it as one node (SPEC 1).
-    The result for a response does not depend on the other responses in the batch.
+    `k_rule` picks KMeans' cluster count (see `K_RULES`); HDBSCAN infers its own and
+    accepts only the default. The result for a response does not depend on the other
+    responses in the batch.
     """
     if method not in METHODS:
         raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")
+    check_k_rule(k_rule)
+    if method == "hdbscan" and k_rule != DEFAULT_K_RULE:
+        raise ValueError(f"k_rule={k_rule!r} applies to KMeans only; HDBSCAN infers the number of clusters")
     xs = [_check(e, i) for i, e in enumerate(embeddings)]
     out: list[np.ndarray] = [np.zeros(len(x), dtype=np.int64) for x in xs]
     buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, x in enumerate(xs):
         if len(x) >= 2:
             buckets[x.shape].append(i)
-    kmax = kmeans_k(max((len(x) for x in xs), default=1)) or 1
-    u = np.random.default_rng(seed).random((kmax, 2 + int(np.log(kmax))))
+    kmax = max((kmeans_k(len(x), rule=k_rule) for x in xs), default=1) or 1
+    # A fixed number of columns keeps every u[j, t] the same whatever kmax (numpy fills
+    # row-major from one stream), so no response's draws depend on the batch.
+    u = np.random.default_rng(seed).random((kmax, _U_COLUMNS))
     for (m, _), idx in buckets.items():
         # HDBSCAN distances in float64 as scikit-learn computes them (ties break alike);
         # KMeans keeps the embeddings' precision for the one large product.
@@ -188,7 +236,7 @@ def cluster_batch(
             d2[:, diag, diag] = np.inf
             maybe_dup = d2.min(axis=(1, 2)) < 1e-6
             d2[:, diag, diag] = 0.0
-            ks = np.array([kmeans_k(m, _n_distinct(xs[i]) if dup else m) for i, dup in zip(idx, maybe_dup)])
+            ks = np.array([kmeans_k(m, _n_distinct(xs[i]) if dup else m, k_rule) for i, dup in zip(idx, maybe_dup)])
             labels = _kmeans_bucket(gram, d2, ks, u, max_iter)
         else:
             labels = _hdbscan_bucket(gram)
@@ -197,6 +245,8 @@ def cluster_batch(
     return out
 
 
-def cluster_steps(embeddings: np.ndarray, method: str = "kmeans", seed: int = 0) -> np.ndarray:
+def cluster_steps(
+    embeddings: np.ndarray, method: str = "kmeans", seed: int = 0, k_rule: str = DEFAULT_K_RULE
+) -> np.ndarray:
     """One integer label per step of one response (SPEC 1 "Clustering")."""
-    return cluster_batch([embeddings], method=method, seed=seed)[0]
+    return cluster_batch([embeddings], method=method, seed=seed, k_rule=k_rule)[0]

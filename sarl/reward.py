@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sarl.cluster import METHODS, cluster_batch
+from sarl.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch
 from sarl.embed.base import Embedder
 from sarl.graph import VARIANTS, GraphMetrics, graph_metrics_batch
 from sarl.interface import RewardOutput, RolloutBatch
@@ -26,20 +26,24 @@ log = logging.getLogger(__name__)
 
 
 def structure_metrics_from_embeddings(
-    embeddings: Sequence[np.ndarray], method: str = "kmeans", seed: int = 0
+    embeddings: Sequence[np.ndarray], method: str = "kmeans", seed: int = 0, k_rule: str = DEFAULT_K_RULE
 ) -> tuple[list[np.ndarray], GraphMetrics]:
     """Cluster labels and reasoning-map metrics (C, L, nodes, edges) for many responses."""
-    labels = cluster_batch(embeddings, method=method, seed=seed)
+    labels = cluster_batch(embeddings, method=method, seed=seed, k_rule=k_rule)
     return labels, graph_metrics_batch(labels)
 
 
 def structure_rewards_from_embeddings(
-    embeddings: list[np.ndarray], method: str = "kmeans", variant: str = "sarl", seed: int = 0
+    embeddings: list[np.ndarray],
+    method: str = "kmeans",
+    variant: str = "sarl",
+    seed: int = 0,
+    k_rule: str = DEFAULT_K_RULE,
 ) -> list[float]:
     """SR (SARL Eq. 6, or an ablation variant) for each response's (M_i x d) unit step embeddings."""
     if variant not in VARIANTS:
         raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
-    _, metrics = structure_metrics_from_embeddings(embeddings, method=method, seed=seed)
+    _, metrics = structure_metrics_from_embeddings(embeddings, method=method, seed=seed, k_rule=k_rule)
     return metrics.rewards(variant).tolist()
 
 
@@ -74,16 +78,21 @@ class StructureReward:
         no_think: str = "whole",
         max_steps: int = 1024,
         failed_score: float = 0.0,
+        k_rule: str = DEFAULT_K_RULE,
     ) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
         if clustering not in METHODS:
             raise ValueError(f"clustering method {clustering!r} not found; choose one of: {', '.join(METHODS)}")
+        check_k_rule(k_rule)
+        if clustering == "hdbscan" and k_rule != DEFAULT_K_RULE:
+            raise ValueError(f"k_rule={k_rule!r} applies to KMeans only; HDBSCAN infers the number of clusters")
         if no_think not in NO_THINK_MODES:
             raise ValueError(f"no_think={no_think!r} is not valid; choose one of: {', '.join(NO_THINK_MODES)}")
         self.embedder = embedder
         self.variant = variant
         self.clustering = clustering
+        self.k_rule = k_rule
         self.seed = seed
         self.delimiter = delimiter
         self.delimiter_regex = delimiter_regex
@@ -133,7 +142,7 @@ class StructureReward:
         labels: dict[int, np.ndarray] = {}
         try:
             clusters, metrics = structure_metrics_from_embeddings(
-                [embeddings[i] for i in ok], self.clustering, self.seed
+                [embeddings[i] for i in ok], self.clustering, self.seed, self.k_rule
             )
             scores = metrics.rewards(self.variant)
             full = metrics.rewards("sarl")

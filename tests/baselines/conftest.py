@@ -16,20 +16,13 @@ def tiny_qwen3(tmp_path_factory, byte_tokenizer):
     """(checkpoint directory, model, tokenizer): a tiny 2-layer Qwen3 with seeded random weights and eager
     attention, saved with its tokenizer so that it also loads from the path."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
+
+    from sarl.backends.trl.policy import qwen3_config
 
     path = tmp_path_factory.mktemp("tiny_qwen3_weights")
-    config = Qwen3Config(
-        vocab_size=len(byte_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        attn_implementation="eager",
+    config = qwen3_config(
+        byte_tokenizer, hidden_size=64, intermediate_size=128, head_dim=32, attn_implementation="eager"
     )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).eval()

@@ -114,9 +114,9 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     template, trained until it answers each fixture prompt with its fixture response (near-deterministic at
     temperature 0.6)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
-    from sarl.backends.trl.policy import build_tokenizer
+    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
 
     pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
     corpus = [" ".join(m["content"] for m in msgs) + "\n" + resp for msgs, resp in pairs] * 2
@@ -124,21 +124,7 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     hf = build_tokenizer(corpus, vocab_size=512)  # the smoke policy's tokenizer builder (Qwen3 chat markers)
     hf.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=len(hf),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        eos_token_id=hf.eos_token_id,
-        pad_token_id=hf.pad_token_id,
-        bos_token_id=None,
-        architectures=["Qwen3ForCausalLM"],
-    )
+    config = qwen3_config(hf, max_position_embeddings=512)
     model = Qwen3ForCausalLM(config)
     seqs = []
     for messages, response in pairs:

@@ -7,7 +7,7 @@ import pytest
 from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from sarl.cluster import cluster_batch, cluster_steps, hdbscan_params, kmeans_k
+from sarl.cluster import K_RULES, cluster_batch, cluster_steps, hdbscan_params, kmeans_k
 
 
 def unit(x):
@@ -32,6 +32,54 @@ def test_kmeans_k_capped_by_distinct_embeddings():
     x = np.repeat(unit(np.eye(4)[:2]), 50, axis=0)  # 100 steps, 2 distinct vectors
     labels = cluster_steps(x)
     assert len(set(labels.tolist())) == 2
+
+
+# Worked values of every k rule (sweeps/k_rule.yaml), before the distinct-embedding cap.
+K_RULE_TABLE = {
+    #              M:  1  2  3  4  6  7 12 13 80 100 1024
+    "sqrt": [1, 1, 2, 2, 2, 3, 3, 4, 9, 10, 32],
+    "sqrt_floor": [1, 1, 1, 2, 2, 2, 3, 3, 8, 10, 32],
+    "sqrt_ceil": [1, 2, 2, 2, 3, 3, 4, 4, 9, 10, 32],
+    "sqrt_half": [1, 1, 1, 1, 2, 2, 2, 3, 6, 7, 23],
+    "log2": [1, 1, 2, 2, 3, 3, 4, 4, 6, 7, 10],
+    "fixed:4": [1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4],
+}
+K_RULE_M = [1, 2, 3, 4, 6, 7, 12, 13, 80, 100, 1024]
+
+
+@pytest.mark.parametrize("rule", list(K_RULE_TABLE))
+def test_k_rules_worked_values(rule):
+    assert [kmeans_k(m, rule=rule) for m in K_RULE_M] == K_RULE_TABLE[rule]
+    assert kmeans_k(0, rule=rule) == 0
+    assert kmeans_k(100, n_distinct=3, rule=rule) == 3
+
+
+def test_every_named_k_rule_has_worked_values_and_the_default_is_specs():
+    assert set(K_RULES) <= set(K_RULE_TABLE)
+    assert all(kmeans_k(m) == kmeans_k(m, rule="sqrt") for m in range(0, 2000))
+
+
+@pytest.mark.parametrize("rule", ["sqrt", "sqrt_half", "log2", "fixed:5"])
+def test_k_rule_sets_the_number_of_clusters(rule):
+    """Well-separated blobs with more centres than any rule asks for: exactly k(M) clusters come out."""
+    rng = np.random.default_rng(4)
+    for m in (9, 30, 64, 150):
+        x = unit(rng.normal(size=(m, 64)))  # m distinct directions, nearly orthogonal
+        labels = cluster_steps(x, k_rule=rule)
+        assert len(np.unique(labels)) == kmeans_k(m, rule=rule), (rule, m)
+
+
+@pytest.mark.parametrize("bad", ["sqrt2", "fixed:0", "fixed:-1", "fixed:x", "", None])
+def test_unknown_k_rule_names_the_choices(bad):
+    with pytest.raises(ValueError, match="sqrt, sqrt_floor, sqrt_ceil, sqrt_half, log2, fixed:K"):
+        kmeans_k(10, rule=bad)
+    with pytest.raises(ValueError, match="k rule"):
+        cluster_steps(unit(np.eye(4)), k_rule=bad)
+
+
+def test_k_rule_is_kmeans_only():
+    with pytest.raises(ValueError, match="KMeans only"):
+        cluster_steps(unit(np.eye(4)), "hdbscan", k_rule="log2")
 
 
 @pytest.mark.parametrize(
@@ -101,6 +149,19 @@ def test_same_response_same_labels_whatever_the_batch(method):
     for pos, i in enumerate(shuffled_idx):
         np.testing.assert_array_equal(shuffled[pos], together[i])
         np.testing.assert_array_equal(cluster_steps(xs[i], method, seed=7), together[i])
+
+
+@pytest.mark.parametrize("rule", ["sqrt", "log2"])
+def test_labels_do_not_depend_on_the_longest_response_in_the_batch(rule):
+    """The k-means++ draws are the same whatever the batch's largest k (a longer response added
+    to the batch once changed every other response's seeding)."""
+    rng = np.random.default_rng(5)
+    long = unit(rng.normal(size=(900, 8)))
+    for _ in range(30):
+        x = unit(rng.normal(size=(int(rng.integers(4, 60)), 8)))
+        alone = cluster_steps(x, seed=3, k_rule=rule)
+        np.testing.assert_array_equal(cluster_batch([x, long], seed=3, k_rule=rule)[0], alone)
+        np.testing.assert_array_equal(cluster_batch([long, x], seed=3, k_rule=rule)[1], alone)
 
 
 def test_bad_embeddings_raise_clear_errors():

@@ -3,6 +3,7 @@
 one-response reasoning-map viewer works from Python and from the scoring CLI."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,13 +23,14 @@ sys.path.insert(0, str(NOTEBOOKS))
 import _paper  # noqa: E402
 
 
-def run_notebook(name, *args, timeout=300):
+def run_notebook(name, *args, timeout=300, env=None):
     proc = subprocess.run(
         [sys.executable, str(NOTEBOOKS / name), *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
@@ -167,6 +169,66 @@ def test_fig3_reads_verl_names_and_keeps_the_last_record_of_a_repeated_step(tmp_
     run_notebook("fig3_training.py", "--runs", f"verl={run_dir}", "--out", tmp_path / "out")
     kl = json.loads((tmp_path / "out" / "fig3.json").read_text())["KL to the reference"]["verl"]
     assert kl == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.2]}
+
+
+FAKE_WANDB = """
+import json, os
+
+
+class _Run:
+    def __init__(self, path):
+        self.path = path
+
+    def scan_history(self):
+        # W&B's public API: one dict per logged step, `_step` plus the keys logged at that step
+        with open(os.environ["FAKE_WANDB_HISTORY"]) as f:
+            yield from json.load(f)[self.path]
+
+
+class Api:
+    def run(self, path):
+        with open(os.environ["FAKE_WANDB_HISTORY"]) as f:
+            if path not in json.load(f):
+                raise ValueError(f"Could not find run {path}")
+        return _Run(path)
+"""
+
+
+def test_fig3_reads_wandb_history_through_the_public_api(tmp_path):
+    """The `wandb:ENTITY/PROJECT/RUN_ID` source through `wandb.Api().run(...).scan_history()` (a stand-in module with
+    that API: no W&B server here): rows without any panel metric (system rows) are skipped, W&B's `_step` is the
+    step, and verl's and TRL's names both land in their panels."""
+    history = {
+        "me/sarl/verl1": [
+            {"_step": 0, "_runtime": 1.0, "system/gpu": 3},
+            {"_step": 1, "actor/kl_loss": 0.1, "actor/entropy": 0.5, "response_length/mean": 100.0},
+            {"_step": 2, "actor/kl_loss": 0.2, "actor/entropy": 0.4, "response_length/mean": None},
+        ],
+        "me/sarl/trl1": [{"_step": 5, "actor/kl": 0.3, "actor/entropy": 0.6, "response_length/mean": 80.0}],
+    }
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "wandb.py").write_text(FAKE_WANDB)
+    (tmp_path / "history.json").write_text(json.dumps(history))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), os.environ.get("PYTHONPATH", "")]),
+        "FAKE_WANDB_HISTORY": str(tmp_path / "history.json"),
+    }
+    runs = "verl=wandb:me/sarl/verl1,trl=wandb:me/sarl/trl1"
+    run_notebook("fig3_training.py", "--runs", runs, "--out", tmp_path / "out", env=env)
+    assert_png(tmp_path / "out" / "fig3_training_dynamics.png")
+    series = json.loads((tmp_path / "out" / "fig3.json").read_text())
+    assert series["KL to the reference"]["verl"] == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.2]}
+    assert series["KL to the reference"]["trl"] == {"key": "actor/kl", "steps": [5], "values": [0.3]}
+    assert series["response length (tokens)"]["verl"]["steps"] == [1]
+    proc = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / "fig3_training.py"), "--runs", "x=wandb:me/sarl/nope", "--out", tmp_path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode != 0 and "Could not find run me/sarl/nope" in proc.stderr
 
 
 def test_view_response_draws_one_map_and_lists_steps_by_function(tmp_path, keyword_embedder):

@@ -169,6 +169,24 @@ def test_reward_configs_instantiate(name, variant):
     assert (reward.variant, reward.clustering, reward.delimiter, reward.max_steps) == (variant, "hdbscan", "\n\n", 1024)
 
 
+def test_k_rule_reaches_the_reward(keyword_embedder):
+    """Nine steps cycling through three functions: k = round(sqrt 9) = 3 gives the triangle (C = 1, L = 1,
+    SR = 1); k = round(sqrt(9/2)) = 2 merges two functions into one node: one edge, C = 0, L = 1, SR = 1/2."""
+    text = think(*(f"{w} {i}" for i in range(3) for w in ("plan", "calc", "check")))
+    (paper,) = run(StructureReward(keyword_embedder), [text])
+    assert (paper.score, paper.diagnostics["n_nodes"], paper.diagnostics["n_edges"]) == (1.0, 3, 3)
+    (half,) = run(StructureReward(keyword_embedder, k_rule="sqrt_half"), [text])
+    assert (half.score, half.diagnostics["n_nodes"], half.diagnostics["n_edges"]) == (0.5, 2, 1)
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="score", overrides=["reward.k_rule=sqrt_half"])
+    cfg.reward.embedder = {"_target_": "fakes.KeywordEmbedder", "dim": 16}
+    assert instantiate(cfg.reward).k_rule == "sqrt_half"
+    with pytest.raises(ValueError, match="KMeans only"):
+        StructureReward(keyword_embedder, clustering="hdbscan", k_rule="sqrt_half")
+    with pytest.raises(ValueError, match="fixed:K"):
+        StructureReward(keyword_embedder, k_rule="cube_root")
+
+
 def test_unknown_options_name_the_choices(keyword_embedder):
     with pytest.raises(ValueError, match="kmeans, hdbscan"):
         StructureReward(keyword_embedder, clustering="kmedoids")

@@ -56,7 +56,7 @@ def command_line(sweep: dict, params: dict) -> list[str]:
 
 def test_every_axis_of_the_issue_has_a_sweep():
     swept = {k for name in SWEEPS for k in load_sweep(name)["parameters"] if len(grid(load_sweep(name))) > 1}
-    assert {"reward", "reward.clustering", "reward.delimiter", "seed"} <= swept
+    assert {"reward", "reward.clustering", "reward.k_rule", "reward.delimiter", "seed"} <= swept
     ablation = load_sweep("reward_ablation.yaml")["parameters"]["reward"]["values"]
     assert ablation == ["sarl", "sarl_c_only", "sarl_l_only"]
 
@@ -135,3 +135,21 @@ def test_delimiter_sweep_splits_steps_as_documented():
     assert seen == list(expected)
     # the regex default gives the plain-string default's steps
     assert parse_steps(text, "\n\n", "whole").steps == expected[r"\n\n"]
+
+
+def test_k_rule_sweep_reaches_the_reward_with_its_documented_k():
+    """Every swept rule lands in reward.k_rule on the KMeans math setting and gives the k the sweep's comment lists."""
+    from sarl.cluster import kmeans_k
+
+    sweep = load_sweep("k_rule.yaml")
+    comment = (SWEEPS_DIR / "k_rule.yaml").read_text(encoding="utf-8")
+    rules = []
+    for params in grid(sweep):
+        cfg, choices = compose_train_config(command_line(sweep, params)[3:])
+        assert choices["exp"] == "grpo_sarl_math" and cfg.reward.clustering == "kmeans"
+        rule = cfg.reward.k_rule
+        documented = re.search(rf"^#\s+{re.escape(rule)}\s.*M=12 -> (\d+), M=80 -> (\d+)$", comment, re.M)
+        assert documented, f"{rule} has no worked values in the sweep's comment"
+        assert (kmeans_k(12, rule=rule), kmeans_k(80, rule=rule)) == tuple(map(int, documented.groups()))
+        rules.append(rule)
+    assert rules[0] == "sqrt" and len(set(rules)) == len(rules) >= 4

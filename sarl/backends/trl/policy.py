@@ -41,6 +41,34 @@ CHAT_TEMPLATE = (
 STAMP = "policy.json"
 
 
+# The smallest Qwen3 layout the project builds (conf/model/tiny_qwen3.yaml's, test models override sizes).
+TINY_QWEN3 = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+}
+
+
+def qwen3_config(tokenizer, **architecture: Any):
+    """A `Qwen3Config` for `tokenizer` (vocabulary size, eos/pad ids, no bos): TINY_QWEN3 with `architecture`'s
+    keys replacing its entries."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3ForCausalLM"],
+        **{**TINY_QWEN3, **architecture},
+    )
+
+
 def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -135,7 +163,7 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
     """The checkpoint directory of the policy that `spec` (conf/model/tiny_qwen3.yaml `build`) describes,
     built on first use and reused afterwards (keyed by a hash of the spec and seed)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     spec = dict(spec)
     key = spec_hash({**spec, "seed": seed})
@@ -154,15 +182,7 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
     texts = [m["content"] for t in traces for m in t["prompt"] + t["completion"]]
     tokenizer = build_tokenizer(texts, int(spec["vocab_size"]))
     torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        architectures=["Qwen3ForCausalLM"],
-        **arch,
-    )
-    model = Qwen3ForCausalLM(config)
+    model = Qwen3ForCausalLM(qwen3_config(tokenizer, **arch))
     losses = warm_start(model, tokenizer, traces, dict(spec["warm_start"]), seed) if spec["warm_start"]["steps"] else []
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
