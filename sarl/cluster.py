@@ -50,13 +50,17 @@ DEFAULT_K_RULE = "sqrt"
 _U_COLUMNS = 16
 
 
-def check_k_rule(rule: str) -> str:
-    """`rule` if it names a k rule (a key of K_RULES or "fixed:K" with K >= 1), else ValueError."""
-    if isinstance(rule, str) and rule in K_RULES:
-        return rule
-    if isinstance(rule, str) and rule.startswith("fixed:") and rule[6:].isdigit() and int(rule[6:]) >= 1:
-        return rule
-    raise ValueError(f"k rule {rule!r} not found; choose one of: {', '.join(K_RULES)}, fixed:K (K >= 1)")
+def check_k_rule(rule: str, method: str = "kmeans") -> str:
+    """`rule` if it names a k rule (a key of K_RULES or "fixed:K" with K >= 1) that `method` can use
+    (HDBSCAN infers its own number of clusters: only the default), else ValueError."""
+    if not (
+        isinstance(rule, str)
+        and (rule in K_RULES or (rule.startswith("fixed:") and rule[6:].isdigit() and int(rule[6:]) >= 1))
+    ):
+        raise ValueError(f"k rule {rule!r} not found; choose one of: {', '.join(K_RULES)}, fixed:K (K >= 1)")
+    if method != "kmeans" and rule != DEFAULT_K_RULE:
+        raise ValueError(f"k_rule={rule!r} applies to KMeans only; {method} infers the number of clusters")
+    return rule
 
 
 def kmeans_k(n_steps: int, n_distinct: int | None = None, rule: str = DEFAULT_K_RULE) -> int:
@@ -210,9 +214,7 @@ def cluster_batch(
     """
     if method not in METHODS:
         raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")
-    check_k_rule(k_rule)
-    if method == "hdbscan" and k_rule != DEFAULT_K_RULE:
-        raise ValueError(f"k_rule={k_rule!r} applies to KMeans only; HDBSCAN infers the number of clusters")
+    check_k_rule(k_rule, method)
     xs = [_check(e, i) for i, e in enumerate(embeddings)]
     out: list[np.ndarray] = [np.zeros(len(x), dtype=np.int64) for x in xs]
     buckets: dict[tuple[int, int], list[int]] = defaultdict(list)

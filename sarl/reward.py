@@ -84,9 +84,7 @@ class StructureReward:
             raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
         if clustering not in METHODS:
             raise ValueError(f"clustering method {clustering!r} not found; choose one of: {', '.join(METHODS)}")
-        check_k_rule(k_rule)
-        if clustering == "hdbscan" and k_rule != DEFAULT_K_RULE:
-            raise ValueError(f"k_rule={k_rule!r} applies to KMeans only; HDBSCAN infers the number of clusters")
+        check_k_rule(k_rule, clustering)
         if no_think not in NO_THINK_MODES:
             raise ValueError(f"no_think={no_think!r} is not valid; choose one of: {', '.join(NO_THINK_MODES)}")
         self.embedder = embedder
