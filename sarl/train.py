@@ -99,7 +99,8 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
 
 
 def launch_command(run_dir: Path) -> list[str]:
-    """Our verl entry point (verl's PPO main with our TaskRunner) on the config file this run wrote."""
+    """Our verl entry point (verl's PPO main with our TaskRunner) on the config file this run wrote; Hydra's
+    own records and log of that process go into the run directory (not `outputs/` under the working directory)."""
     return [
         sys.executable,
         "-m",
@@ -108,6 +109,8 @@ def launch_command(run_dir: Path) -> list[str]:
         str(run_dir),
         "--config-name",
         VERL_CONFIG_NAME,
+        f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=verl_hydra",
     ]
 
 

@@ -190,7 +190,7 @@ def unparseable_golds(candidates: list[dict[str, Any]]) -> dict[int, str]:
     return {}
 
 
-PROMPT_STYLES = ("plain", "structured")
+PROMPT_STYLES = ("plain", "structured", "structured_fixed")
 
 
 def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
@@ -198,7 +198,9 @@ def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
     - plain: question + `prompt_suffix` (SARL App. B.1);
     - structured: Structured Reasoning's tagged-step prompt (seed 004 App. A.14) with its RL-time tag
       randomisation (App. A.4: the top 5 tags plus 0-5 random others, shuffled), drawn per row from
-      (`prompt_seed`, row id), so every row gets its own tag set and a rebuild gives the same prompts."""
+      (`prompt_seed`, row id), so every row gets its own tag set and a rebuild gives the same prompts;
+    - structured_fixed: the same prompt with all 23 tags in the paper's order, as its "Mathematical Problem
+      Solving Template" prints it (seed 004 App. A.14): the evaluation sets of the structured experiments."""
     style = cfg.get("prompt_style") or "plain"
     if style == "plain":
         suffix = cfg.get("prompt_suffix") or ""
@@ -208,6 +210,10 @@ def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
 
         seed = int(cfg.get("prompt_seed") or 0)
         return lambda question, rid: randomized_prompt(question, seed=seed, key=rid)
+    if style == "structured_fixed":
+        from baselines.structured_prompt import structured_prompt
+
+        return lambda question, rid: structured_prompt(question)
     raise DataValidationError(
         f"dataset '{cfg['name']}': prompt_style {style!r} is not one of {', '.join(PROMPT_STYLES)}"
     )

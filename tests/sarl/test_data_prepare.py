@@ -21,6 +21,7 @@ FIXTURE_FILES = {
     "aime_1983_2024": "aime_1983_2024.csv",
     "aime_1983_2024_structured": "aime_1983_2024.csv",
     "aime25": "aime25.jsonl",
+    "aime25_structured": "aime25.jsonl",
     "amc23": "amc23.jsonl",
     "math500": "math500.jsonl",
     "minerva_math": "minerva_math.jsonl",
@@ -127,6 +128,31 @@ def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_p
     assert by_id(parquet_rows(again, "aime_1983_2024_structured", "train")) == rows
     with pytest.raises(Exception, match="prompt_style"):
         build(tmp_path / "bad", "aime_1983_2024", "expected_count=6", "+prompt_style=fancy")
+
+
+def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path):
+    """aime25_structured, the structured experiments' validation set: seed 004 App. A.14's "Mathematical Problem
+    Solving Template" with all 23 tags in the paper's order for every row, the same problems and golds as aime25."""
+    from baselines.structured_prompt import TAGS
+    from sarl.train import compose_train_config
+
+    build(tmp_path, "aime25_structured", "expected_count=3")
+    build(tmp_path, "aime25", "expected_count=3")
+    plain = by_id(parquet_rows(tmp_path, "aime25", "test"))
+    rows = by_id(parquet_rows(tmp_path, "aime25_structured", "test"))
+    assert rows.keys() == plain.keys()
+    listing = ", ".join(f"<{t}>" for t in TAGS)
+    for rid, row in rows.items():
+        question = plain[rid]["prompt"][0]["content"].removesuffix(SUFFIX)
+        assert row["prompt"][0]["content"] == (
+            f"Please use the following tags at the beginning of each sentence in your reasoning: {listing}.\n"
+            f"{question}\nPlease reason step by step, and put your final answer within \\boxed{{ }}."
+        )
+        assert row["reward_model"] == plain[rid]["reward_model"] and row["data_source"] == "aime25_structured"
+    # the structured experiments train and validate with tagged prompts
+    for exp in ("grpo_lcs_math", "grpo_maxflow_math", "grpo_lcs_maxflow_math"):
+        cfg, _ = compose_train_config([f"+exp={exp}", f"paths.root={tmp_path}"])
+        assert cfg.data.val_files == str(tmp_path / "data" / "aime25_structured" / "test.parquet")
 
 
 def test_the_manifest_pins_the_source_and_every_output(tmp_path):

@@ -191,6 +191,7 @@ def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
     assert v["actor_rollout_ref"]["rollout"]["n"] == 8 and v["algorithm"]["adv_estimator"] == "grpo"
     last = proc.stderr.strip().splitlines()[-1]
     assert "-m sarl.backends.verl.main --config-path" in last and "--config-name verl_trainer" in last
+    assert "hydra.run.dir=" in last and "hydra.output_subdir=verl_hydra" in last
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 

@@ -29,7 +29,7 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     streamed_reward_metrics,
     trained_sessions,
 )
-from sarl.train import compose_train_config  # noqa: E402
+from sarl.train import compose_train_config, launch_command  # noqa: E402
 
 # -- plain functions ----------------------------------------------------------------------------
 
@@ -197,10 +197,12 @@ def test_entry_point_runs_verls_ppo_with_our_task_runner(tmp_path, tiny_qwen3_di
     monkeypatch.setattr(
         entry, "run_ppo", lambda config, task_runner_class: seen.update(config=config, cls=task_runner_class)
     )
-    monkeypatch.setattr(sys, "argv", ["main", "--config-path", str(tmp_path), "--config-name", "verl_trainer"])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["main", *launch_command(tmp_path)[3:]])  # sarl.train's own arguments
     entry.main()
     assert seen["cls"] is SarlTaskRunner and seen["config"].trainer.v1.trainer_mode == TRAINER_NAME
     assert seen["config"].actor_rollout_ref.rollout.n == 2
+    assert (tmp_path / "verl_hydra" / "config.yaml").is_file() and not (tmp_path / "outputs").exists()
 
 
 # -- against a real TransferQueue (local Ray, CPU) ----------------------------------------------
