@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 
 from eval.grading import Grader, default_grader, extract_answer, gold_answers
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, record_failures
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,7 @@ class GroundTruthReward:
         grader = self.grader or default_grader()
         golds = batch.ground_truths if batch.ground_truths is not None else [None] * len(batch)
         out = [self._score(response, gold, grader) for response, gold in zip(batch.responses, golds)]
-        failures = Counter(o.failed.split(":")[0] for o in out if o.failed)
-        if failures:
-            self.failure_counts.update(failures)
-            log.warning("ground-truth reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        record_failures(self.failure_counts, out, "ground-truth reward", log)
         return out
 
     def _score(self, response: object, gold: object, grader: Grader) -> RewardOutput:

@@ -68,7 +68,7 @@ import numpy as np
 from baselines.ground_truth import GroundTruthReward
 from baselines.token_count import TokenCounter
 from eval.grading import Grader, default_grader, extract_answer
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, record_failures
 from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 log = logging.getLogger(__name__)
@@ -463,10 +463,7 @@ class GRPReward:
             else:
                 score = self.acc_weight * acc + diag["R_graph"]
             out.append(RewardOutput(score, diag, g.failed))
-        failures = Counter(o.failed.split(":")[0] for o in out if o.failed)
-        if failures:
-            self.failure_counts.update(failures)
-            log.warning("GRP reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        record_failures(self.failure_counts, out, "GRP reward", log)
         n_bad = sum(p.error is not None for p in parses)
         if n_bad:
             log.info("GRP reward: %d of %d responses did not parse as a graph", n_bad, len(parses))

@@ -35,7 +35,7 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.structured_prompt import format_score, parse_structured
 from baselines.token_count import TokenCounter
 from eval.grading import Grader, default_grader
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, record_failures
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,5 @@ class LCSReward:
                     continue
                 diag["r_lcs"] = lcs_of[i]
                 out[i] = RewardOutput(self.lcs_weight * lcs_of[i] + self.format_weight * fmt, diag)
-        failures = Counter(o.failed.split(":")[0] for o in out if o is not None and o.failed)
-        if failures:
-            self.failure_counts.update(failures)
-            log.warning("LCS reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        record_failures(self.failure_counts, out, "LCS reward", log)
         return out  # type: ignore[return-value]

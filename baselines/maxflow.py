@@ -46,7 +46,7 @@ import numpy as np
 from baselines.ground_truth import GroundTruthReward
 from baselines.structured_prompt import STEP_MODES, format_score, parse_structured
 from eval.grading import Grader, default_grader
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, record_failures
 
 log = logging.getLogger(__name__)
 
@@ -502,10 +502,7 @@ class MaxFlowReward:
         out = []
         for i, (response, g) in enumerate(zip(batch.responses, graded)):
             out.append(self._score(batch.prompts[i], response, g))
-        failures = Counter(o.failed.split(":")[0] for o in out if o.failed)
-        if failures:
-            self.failure_counts.update(failures)
-            log.warning("MaxFlow reward: %d of %d rows failed: %s", sum(failures.values()), len(out), failures)
+        record_failures(self.failure_counts, out, "MaxFlow reward", log)
         return out
 
     def _score(self, prompt: Any, response: Any, graded: RewardOutput) -> RewardOutput:

@@ -6,7 +6,9 @@ training backend (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import logging
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -72,6 +74,17 @@ class RewardOutput:
 
     def to_dict(self) -> dict[str, Any]:
         return {"score": self.score, **self.diagnostics, "failed": self.failed}
+
+
+def record_failures(
+    counts: Counter[str], outputs: Sequence[RewardOutput | None], name: str, logger: logging.Logger
+) -> None:
+    """Add the batch's failed outputs to `counts`, keyed by the reason's category (the text before its first
+    colon), and log one warning naming `name` when any failed."""
+    failures = Counter(o.failed.split(":")[0] for o in outputs if o is not None and o.failed)
+    if failures:
+        counts.update(failures)
+        logger.warning("%s: %d of %d rows failed: %s", name, sum(failures.values()), len(outputs), failures)
 
 
 @runtime_checkable
