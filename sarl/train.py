@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from sarl.errors import UserError
+
 log = logging.getLogger("sarl.train")
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -143,29 +145,96 @@ def wandb_offline_unless_logged_in(env: dict[str, str]) -> None:
         log.info("no W&B API key: WANDB_MODE=offline")
 
 
-@contextlib.contextmanager
-def embedding_server_for(cfg: DictConfig, reward_cfg: dict) -> Iterator[None]:
-    """Start the standalone embedding server when the reward's embedder asks for url "auto";
-    stop it (by its process id) when the run ends, fails or is interrupted."""
+def wandb_env(cfg: DictConfig, experiment: str, run_dir: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The W&B settings of the run, for this process, verl's process and, through Ray's runtime_env, verl's
+    trainer actor and workers (which run with the environment of the Ray daemons, not of this process):
+    WANDB_MODE=offline without an API key (env or ~/.netrc), a stable WANDB_RUN_ID from the run directory
+    (a restarted run continues the same W&B run), WANDB_RESUME=allow, and the entity (`logger.entity`)."""
+    environ = os.environ if environ is None else environ
+    if "wandb" not in cfg.logger.backends:
+        return {}
+    out: dict[str, str] = {}
+    probe = dict(environ)
+    wandb_offline_unless_logged_in(probe)
+    if probe.get("WANDB_MODE"):
+        out["WANDB_MODE"] = probe["WANDB_MODE"]
+    out["WANDB_RUN_ID"] = environ.get("WANDB_RUN_ID") or f"{experiment}-{run_dir.name}".replace("/", "-")
+    out["WANDB_RESUME"] = environ.get("WANDB_RESUME") or "allow"
+    entity = cfg.logger.entity or environ.get("WANDB_ENTITY")
+    if entity:
+        out["WANDB_ENTITY"] = str(entity)
+    out["WANDB_DIR"] = str(run_dir)
+    return out
+
+
+def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
+    """The standalone embedding server when the reward's embedder asks for url "auto" (not started yet), with
+    its URL written into `reward_cfg` now, so that the config verl receives carries it. One node: bound and
+    reached at 127.0.0.1. Several nodes (`train.nnodes` > 1): verl's reward workers run on every node, so the
+    server listens on all interfaces and is reached at this node's routable address. Pinned to the GPU
+    `embedding_server.gpu` of the node's visible GPUs (the one the memory plan charges)."""
     embedder = reward_cfg.get("embedder") or {}
     if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder" or embedder.get("url") != "auto":
-        yield
-        return
-    from sarl.embed.server import EmbeddingServer
+        return None
+    from sarl.embed.server import EmbeddingServer, routable_ip
 
     s = cfg.embedding_server
+    nnodes = int(OmegaConf.select(cfg, "train.nnodes", default=1))
+    if s.host != "auto":
+        bind, advertise = str(s.host), str(s.host)
+    elif nnodes > 1:
+        head = os.environ.get("RAY_ADDRESS", "").rpartition(":")[0] or None
+        try:
+            bind, advertise = "0.0.0.0", routable_ip(head)
+        except OSError as err:
+            raise UserError(f"embedding_server.host=auto on {nnodes} nodes: {err}; set embedding_server.host=<this node's IP>")
+    else:
+        bind = advertise = "127.0.0.1"
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    gpu = int(s.gpu)
+    device = visible[gpu] if gpu < len(visible) else str(gpu)
     server = EmbeddingServer(
         s.model,
         served_name=embedder.get("model"),
         python=s.python or sys.executable,
+        host=bind,
+        advertise_host=advertise,
         port=s.port,
         gpu_memory_utilization=s.gpu_memory_utilization,
-        extra_args=list(s.extra_args),
+        max_model_len=s.max_model_len,
+        extra_args=[*(["--dtype", str(s.dtype)] if s.dtype else []), *s.extra_args],
+        env={"CUDA_VISIBLE_DEVICES": device},
         startup_timeout_s=s.startup_timeout_s,
     )
-    with server:
-        embedder["url"] = server.url
+    embedder["url"] = server.url
+    return server
+
+
+@contextlib.contextmanager
+def embedding_server_for(cfg: DictConfig, reward_cfg: dict) -> Iterator[None]:
+    """Start the standalone embedding server when the reward's embedder asks for url "auto";
+    stop it (by its process id) when the run ends, fails or is interrupted."""
+    server = planned_embedding_server(cfg, reward_cfg)
+    with server if server is not None else contextlib.nullcontext():
         yield
+
+
+def check_reward_endpoints(cfg: DictConfig, reward_cfg: dict) -> None:
+    """On several nodes, a reward server at a loopback address is reachable from one node only: refuse it."""
+    nnodes = int(OmegaConf.select(cfg, "train.nnodes", default=1))
+    url = (reward_cfg.get("embedder") or {}).get("url")
+    if nnodes <= 1 or not isinstance(url, str) or url == "auto":
+        return
+    from urllib.parse import urlparse
+
+    from sarl.embed.server import is_loopback
+
+    host = urlparse(url).hostname or ""
+    if is_loopback(host):
+        raise UserError(
+            f"embedding.url={url} is a loopback address but train.nnodes={nnodes}: verl's reward workers on the "
+            "other nodes cannot reach it; give the server's routable address, or embedding.url=auto"
+        )
 
 
 def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
@@ -195,11 +264,7 @@ def run_record(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_di
     }
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-    env = dict(os.environ)
-    wandb_offline_unless_logged_in(env)
-    env.setdefault("WANDB_RUN_ID", f"{experiment}-{run_dir.name}".replace("/", "-"))
-    env.setdefault("WANDB_RESUME", "allow")  # a restarted run continues the same W&B run
-    return meta, env
+    return meta, {**os.environ, **wandb_env(cfg, experiment, run_dir)}
 
 
 def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path, overrides: list[str]) -> int:
@@ -222,7 +287,10 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     from sarl.backends.verl.config import build_verl_config, validate_verl_config
 
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment)
+    server = planned_embedding_server(cfg, reward_cfg)  # its URL goes into verl's config
+    check_reward_endpoints(cfg, reward_cfg)
+    wandb_vars = wandb_env(cfg, experiment, run_dir)
+    verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment, env_vars=wandb_vars)
     validate_verl_config(verl_cfg)
     cmd = launch_command(run_dir)
     if cfg.train.dry_run:
@@ -236,13 +304,11 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
             "on a GPU node with `pip install -e .[gpu]`"
         ) from err
-    for name in ("train_files", "val_files"):
-        path = Path(str(cfg.data[name]))
-        if not path.exists():
-            raise FileNotFoundError(f"data.{name} = {path} does not exist; prepare the '{cfg.data.name}' set first")
+    from sarl.preflight import run_cheap_checks
+
+    run_cheap_checks(cfg, verl_cfg, run_dir)
     meta, env = run_record(cfg, choices, experiment, run_dir)
-    with embedding_server_for(cfg, reward_cfg):
-        verl_cfg.reward.custom_reward_function.reward_kwargs.reward = reward_cfg  # now with the server's URL
+    with server if server is not None else contextlib.nullcontext():
         (run_dir / f"{VERL_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(verl_cfg))
         if "wandb" in cfg.logger.backends:
             _wandb_record(cfg, meta, run_dir, env)
@@ -296,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg, choices = compose_train_config(overrides)
     try:
         return run(cfg, choices, overrides)
-    except NotLandedError as err:
+    except (NotLandedError, UserError) as err:
         log.error("%s", err)
         return 2
 

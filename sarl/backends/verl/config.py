@@ -13,6 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from sarl.backends.verl.attention import PATCH_MODULE as ATTENTION_PATCH
+from sarl.backends.verl.attention import resolve_attn_implementation
+
 REWARD_FN_PATH = "pkg://sarl.backends.verl.reward"
 REWARD_FN_NAME = "compute_score"
 # The V1 trainer that sarl.backends.verl.trainer registers with verl (`register_trainer`); its own
@@ -95,6 +98,11 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     }
     if cfg.model.tokenizer_path:
         values["actor_rollout_ref.model.tokenizer_path"] = cfg.model.tokenizer_path
+    # the attention every model loads with (verl defaults to flash_attention_2; sarl/backends/verl/attention.py)
+    attn = {"attn_implementation": resolve_attn_implementation(b.attn_implementation)}
+    values["actor_rollout_ref.model.override_config"] = attn  # actor and reference
+    values["critic.model.override_config"] = attn
+    values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
     values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
     return values
 
@@ -122,10 +130,14 @@ def compose_verl_base() -> DictConfig:
         return compose("ppo_trainer")
 
 
-def build_verl_config(cfg: DictConfig, reward_cfg: dict, run_dir: str, experiment: str) -> DictConfig:
+def build_verl_config(
+    cfg: DictConfig, reward_cfg: dict, run_dir: str, experiment: str, env_vars: dict[str, str] | None = None
+) -> DictConfig:
     """verl's trainer config with our values; `reward_cfg` (the resolved reward node) travels
     to verl's reward workers (per-response rewards) or our trainer (group rewards) as
-    `reward.custom_reward_function.reward_kwargs.reward`."""
+    `reward.custom_reward_function.reward_kwargs.reward`. `env_vars` (the W&B settings) go into Ray's
+    runtime_env, so verl's trainer actor and workers get them on every node, whatever environment the
+    Ray daemons were started with (verl's `run_ppo` merges it into its own runtime_env)."""
     from sarl.backends.verl.reward import is_group_reward
 
     group_reward = is_group_reward(reward_cfg)
@@ -146,6 +158,10 @@ def build_verl_config(cfg: DictConfig, reward_cfg: dict, run_dir: str, experimen
     with read_write(base.trainer.v1), open_dict(base.trainer.v1):
         # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset
         base.trainer.v1[TRAINER_NAME] = {"n_votes": cfg.train.rollout_n, "seed": cfg.seed}
+    if env_vars:
+        runtime_env = base.ray_kwargs.ray_init.runtime_env
+        with read_write(runtime_env), open_dict(runtime_env):
+            runtime_env.env_vars = dict(env_vars)
     return base
 
 

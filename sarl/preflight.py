@@ -1,0 +1,451 @@
+"""Checks to run on the GPU node before spending GPU hours on a verl run.
+
+    python -m sarl.preflight +exp=grpo_sarl_math [overrides]
+
+One table, one row per check, each ✓ or ✗ with what to do; exit code 0 only if every check passes
+(1 if one fails, 2 for a config that does not compose). The same overrides as `python -m sarl.train`.
+`sarl.train` runs the cheap ones itself (`run_cheap_checks`: data, run directory and disk, memory plan,
+embedding-server budget) before it launches verl.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from sarl.backends.verl import memory
+from sarl.errors import UserError
+
+log = logging.getLogger("sarl.preflight")
+
+# What the pinned verl was released against (verl 0.9.1's `vllm` extra: vllm==0.24.0, torch==2.11.0).
+STACK = {"verl": "0.9.1", "vllm": "0.24.", "torch": "2.11."}
+CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # verl saves the float32 FSDP shards and Adam's two moments
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+class PreflightError(UserError):
+    """A cheap check failed before launch; the message lists each failure and its fix."""
+
+
+# -- the checks --------------------------------------------------------------------------------
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_gpus(cfg: DictConfig) -> Check:
+    want = int(cfg.train.n_gpus_per_node)
+    try:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as err:  # a broken CUDA install
+        return Check("GPUs", False, f"torch cannot query CUDA: {err}", "check the driver and the torch build")
+    if have >= want:
+        return Check("GPUs", True, f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}")
+    return Check(
+        "GPUs",
+        False,
+        f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}",
+        f"run on a node with {want} GPUs (srun --gpus-per-node={want}) or set train.n_gpus_per_node={have or 'N'}",
+    )
+
+
+def check_stack() -> list[Check]:
+    """torch with CUDA and the driver, vLLM, verl, flash-attn: importable and the versions verl was released with."""
+    out = []
+    torch_v = _version("torch")
+    try:
+        import torch
+
+        cuda = torch.version.cuda
+        driver = _driver_version()
+        ok = bool(cuda) and torch.cuda.is_available() and bool(torch_v and torch_v.startswith(STACK["torch"]))
+        detail = f"torch {torch_v}, CUDA {cuda or 'none (CPU build)'}, driver {driver or 'none'}"
+        fix = "" if ok else f"pip install -e .[gpu] (torch {STACK['torch']}x with CUDA) on a node with an NVIDIA driver"
+    except ImportError:
+        ok, detail, fix = False, "torch not importable", "pip install -e .[gpu]"
+    out.append(Check("torch / CUDA / driver", ok, detail, fix))
+    for pkg in ("vllm", "verl"):
+        v = _version(pkg)
+        ok = v is not None and v.startswith(STACK[pkg])
+        out.append(
+            Check(
+                pkg,
+                ok,
+                f"{pkg} {v}" if v else f"{pkg} not installed",
+                "" if ok else f"pip install -e .[gpu] (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)",
+            )
+        )
+    fa = _version("flash-attn") or _version("flash_attn")
+    from sarl.backends.verl.attention import flash_attn_usable
+
+    usable = flash_attn_usable()
+    out.append(
+        Check(
+            "flash-attn",
+            True,
+            f"flash-attn {fa}, usable: {usable}"
+            if fa
+            else "not installed: backend.attn_implementation=auto uses sdpa (exact, slower)",
+        )
+    )
+    return out
+
+
+def _driver_version() -> str | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def gpu_gib(cfg: DictConfig) -> tuple[float, str]:
+    """The memory of one GPU: the first visible CUDA device's, else `backend.gpu_memory_gib`."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory / memory.GIB, "measured"
+    except Exception:  # no usable CUDA: plan against the configured GPU
+        pass
+    return float(cfg.backend.gpu_memory_gib), "backend.gpu_memory_gib"
+
+
+def check_attention(cfg: DictConfig) -> Check:
+    from sarl.backends.verl.attention import resolve_attn_implementation
+
+    try:
+        impl = resolve_attn_implementation(str(cfg.backend.attn_implementation))
+    except ValueError as err:
+        return Check("attention", False, str(err), "backend.attn_implementation=auto")
+    return Check("attention", True, f"actor, reference and critic load with {impl}")
+
+
+def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | None:
+    embedder = reward_cfg.get("embedder") or {}
+    if embedder.get("_target_") == "sarl.embed.http.HTTPEmbedder" and embedder.get("url") == "auto":
+        return float(cfg.embedding_server.gpu_memory_utilization)
+    return None
+
+
+def check_memory_plan(
+    cfg: DictConfig, verl_cfg: DictConfig, reward_cfg: dict, allow_download: bool = False, skip_missing: bool = False
+) -> list[Check]:
+    """The plan of the fullest GPU (model config.json, FSDP/offload settings, vLLM and embedding-server shares)
+    and the embedding server's own budget. A model whose config.json cannot be had fails its check, or
+    (skip_missing) gives none."""
+    gib, source = gpu_gib(cfg)
+    out = []
+    policy = memory.find_model_config(str(cfg.model.path), allow_download)
+    if policy is None and skip_missing:
+        pass
+    elif policy is None:
+        out.append(
+            Check(
+                "memory plan",
+                False,
+                f"config.json of model.path={cfg.model.path} not found (local directory, HF cache"
+                f"{', Hub' if allow_download else ''})",
+                "download the model (huggingface-cli download) or set model.path to a local checkpoint",
+            )
+        )
+    else:
+        emb_util = _embedding_server_utilization(cfg, reward_cfg)
+        plan = memory.gpu_memory_plan(verl_cfg, policy, gib, emb_util)
+        fix = ""
+        if not plan.ok:
+            current = float(verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization)
+            fits = memory.rollout_utilization_that_fits(plan, current)
+            fix = (
+                f"set backend.rollout_gpu_memory_utilization={fits} (now {current}), or offload "
+                "(backend.overrides: actor_rollout_ref.actor.fsdp_config.optimizer_offload=true)"
+            )
+        out.append(Check("memory plan", plan.ok, f"{plan.summary()} [GPU size: {source}]", fix))
+    if _embedding_server_utilization(cfg, reward_cfg) is not None:
+        s = cfg.embedding_server
+        emb = memory.find_model_config(str(s.model), allow_download)
+        if emb is None and skip_missing:
+            pass
+        elif emb is None:
+            out.append(
+                Check(
+                    "embedding server budget",
+                    False,
+                    f"config.json of embedding_server.model={s.model} not found",
+                    "download it or point embedding.model at a local directory",
+                )
+            )
+        else:
+            b = memory.embedding_budget(emb, float(s.gpu_memory_utilization), gib, s.max_model_len, str(s.dtype))
+            fix = "" if b.ok else (
+                f"set embedding_server.max_model_len<={b.max_len_that_fits} or raise "
+                "embedding_server.gpu_memory_utilization"
+            )
+            out.append(Check("embedding server budget", b.ok, b.summary(), fix))
+    return out
+
+
+def check_data(cfg: DictConfig) -> Check:
+    """The training and validation files exist; the training set has `data.expected_count` rows."""
+    problems, counts = [], []
+    for key in ("train_files", "val_files"):
+        path = Path(str(cfg.data[key]))
+        if not path.is_file():
+            problems.append(f"data.{key} = {path} does not exist")
+            continue
+        try:
+            import pyarrow.parquet as pq
+
+            n = pq.read_metadata(path).num_rows
+        except Exception as err:
+            problems.append(f"data.{key} = {path} is not a readable parquet file ({err})")
+            continue
+        counts.append(f"{key.split('_')[0]} {n} rows")
+        expected = cfg.data.get("expected_count")
+        if key == "train_files" and expected and n != int(expected):
+            problems.append(f"{path} has {n} rows, conf/data/{cfg.data.name}.yaml expects {expected}")
+        if n == 0:
+            problems.append(f"{path} has no rows")
+    if problems:
+        return Check(
+            "data",
+            False,
+            "; ".join(problems),
+            f"python -m sarl.data.prepare dataset={cfg.data.name} (and the validation set)",
+        )
+    return Check("data", True, ", ".join(counts))
+
+
+def check_run_dir(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, allow_download: bool = False) -> Check:
+    """The run directory can be written, and its disk holds the checkpoints the run will keep."""
+    probe = run_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        return Check("run directory", False, f"{probe} is not writable", "set paths.runs_dir or run_dir to a writable place")
+    free = shutil.disk_usage(probe).free / memory.GIB
+    policy = memory.find_model_config(str(cfg.model.path), allow_download)
+    if policy is None:
+        return Check("run directory", True, f"{run_dir} writable, {free:.0f} GiB free (checkpoint size unknown)")
+    per = memory.parameter_count(policy) * CHECKPOINT_BYTES_PER_PARAM * (2 if verl_cfg.critic.enable else 1)
+    kept = _checkpoints_kept(cfg, verl_cfg)
+    need = per * kept / memory.GIB
+    detail = f"{run_dir}: {free:.0f} GiB free, {kept} checkpoint(s) of {per / memory.GIB:.0f} GiB = {need:.0f} GiB"
+    if need > free:
+        return Check(
+            "run directory",
+            False,
+            detail,
+            "free disk, point paths.runs_dir elsewhere, or keep fewer (backend.overrides: "
+            "trainer.max_actor_ckpt_to_keep=2, trainer.max_critic_ckpt_to_keep=2)",
+        )
+    return Check("run directory", True, detail)
+
+
+def _checkpoints_kept(cfg: DictConfig, verl_cfg: DictConfig) -> int:
+    """How many checkpoints the run keeps: its saves (steps / save_freq), capped by max_actor_ckpt_to_keep."""
+    t = verl_cfg.trainer
+    steps = int(t.total_training_steps) if t.get("total_training_steps") else None
+    if steps is None:
+        try:
+            import pyarrow.parquet as pq
+
+            rows = pq.read_metadata(str(cfg.data.train_files)).num_rows
+            steps = -(-rows // int(cfg.train.train_batch_size)) * int(t.total_epochs)
+        except Exception:  # no data yet: one checkpoint at least
+            steps = int(t.save_freq)
+    saves = max(1, steps // max(1, int(t.save_freq)))
+    keep = t.get("max_actor_ckpt_to_keep")
+    return min(saves, int(keep)) if keep else saves
+
+
+def check_wandb(cfg: DictConfig, environ: dict[str, str] | None = None) -> Check:
+    environ = os.environ if environ is None else environ
+    if "wandb" not in cfg.logger.backends:
+        return Check("W&B", True, "not used (logger=none)")
+    if _version("wandb") is None:
+        return Check("W&B", False, "wandb not installed", "pip install wandb, or logger=none")
+    netrc = Path.home() / ".netrc"
+    key = bool(environ.get("WANDB_API_KEY")) or (netrc.exists() and "api.wandb.ai" in netrc.read_text())
+    mode = environ.get("WANDB_MODE") or ("online" if key else "offline")
+    if mode == "online" and not key:
+        return Check("W&B", False, "WANDB_MODE=online but no API key", "wandb login (or export WANDB_API_KEY)")
+    entity = cfg.logger.entity or environ.get("WANDB_ENTITY")
+    detail = f"mode {mode}, key {'found' if key else 'none (logs stay in the run directory; wandb sync later)'}"
+    return Check("W&B", True, detail + (f", entity {entity}" if entity else ""))
+
+
+def check_model_files(cfg: DictConfig, reward_cfg: dict, allow_download: bool = True) -> Check:
+    """The policy (and the embedding model of a started server) resolvable: local, cached or from the Hub."""
+    names = [("model.path", str(cfg.model.path))]
+    if _embedding_server_utilization(cfg, reward_cfg) is not None:
+        names.append(("embedding_server.model", str(cfg.embedding_server.model)))
+    missing = [f"{k}={v}" for k, v in names if memory.find_model_config(v, allow_download) is None]
+    if missing:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        return Check(
+            "models",
+            False,
+            f"not found locally{'' if offline else ' nor on the Hub'}: {', '.join(missing)}",
+            "huggingface-cli download NAME on a node with network (HF_HOME shared with the GPU nodes)",
+        )
+    return Check("models", True, ", ".join(v for _, v in names))
+
+
+def check_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Check:
+    """The embedding server starts with the configured budget and answers one request (url auto), or the
+    configured endpoint answers one request."""
+    embedder = dict(reward_cfg.get("embedder") or {})
+    if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder":
+        return Check("embedding server", True, "not used by this reward")
+    from hydra.utils import instantiate
+
+    from sarl.train import planned_embedding_server
+
+    if embedder.get("url") == "auto":
+        try:
+            import torch
+
+            has_gpu = torch.cuda.is_available()
+        except ImportError:
+            has_gpu = False
+        if not has_gpu or _version("vllm") is None:
+            return Check(
+                "embedding server",
+                False,
+                "not started: needs a CUDA GPU and vLLM",
+                "run the preflight on the GPU node after pip install -e .[gpu]",
+            )
+    rc = copy.deepcopy(reward_cfg)
+    try:
+        server = planned_embedding_server(cfg, rc)
+        if server is not None:
+            server.start()
+        try:
+            vectors = instantiate(rc["embedder"]).embed(["Check the sum: 17 + 25 = 42."])
+        finally:
+            if server is not None:
+                server.stop()
+    except Exception as err:
+        return Check("embedding server", False, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                     "read the server log named above; lower embedding_server.max_model_len or raise its budget")
+    v = vectors[0]
+    return Check("embedding server", True, f"{rc['embedder']['url']} answered: one {len(v)}-dimensional vector")
+
+
+# -- driving them ------------------------------------------------------------------------------
+
+
+def cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, reward_cfg: dict) -> list[Check]:
+    """What sarl.train checks before launch: no network, no GPU, seconds."""
+    return [
+        check_data(cfg),
+        check_run_dir(cfg, verl_cfg, run_dir),
+        *check_memory_plan(cfg, verl_cfg, reward_cfg, skip_missing=True),  # where the configs are at hand
+    ]
+
+
+def run_cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path) -> None:
+    """Raise PreflightError naming every failed cheap check and its fix."""
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    failed = [c for c in cheap_checks(cfg, verl_cfg, run_dir, reward_cfg) if not c.ok]
+    if failed:
+        raise PreflightError("; ".join(f"{c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "") for c in failed))
+
+
+def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
+    """Every check for the composed config of a verl row."""
+    from sarl.backends.verl.config import build_verl_config
+    from sarl.train import check_reward_endpoints, experiment_name, resolve_run_dir
+
+    experiment = experiment_name(choices)
+    run_dir = resolve_run_dir(cfg, experiment)
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    checks: list[Check] = [check_gpus(cfg), *check_stack(), check_attention(cfg)]
+    try:
+        check_reward_endpoints(cfg, reward_cfg)
+        verl_cfg = build_verl_config(cfg, copy.deepcopy(reward_cfg), str(run_dir), experiment)
+    except Exception as err:
+        checks.append(Check("verl config", False, str(err), "fix the override named above"))
+        return checks
+    checks.append(Check("verl config", True, f"{experiment}: composed against verl {cfg.backend.version}'s schema"))
+    steps: list[Callable[[], Check | list[Check]]] = [
+        lambda: check_model_files(cfg, reward_cfg),
+        lambda: check_memory_plan(cfg, verl_cfg, reward_cfg, allow_download=True),
+        lambda: check_embedding_server(cfg, reward_cfg),
+        lambda: check_data(cfg),
+        lambda: check_run_dir(cfg, verl_cfg, run_dir, allow_download=True),
+        lambda: check_wandb(cfg),
+    ]
+    for step in steps:
+        result = step()
+        checks.extend(result if isinstance(result, list) else [result])
+    return checks
+
+
+def print_table(checks: list[Check], title: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for col in ("", "check", "result", "fix"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row("[green]✓[/]" if c.ok else "[red]✗[/]", escape(c.name), escape(c.detail), escape(c.fix))
+    Console(width=max(120, shutil.get_terminal_size().columns)).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
+    from sarl.train import compose_train_config, experiment_name
+
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg, choices = compose_train_config(overrides)
+    except Exception as err:  # Hydra's composition errors: a misspelt key or option
+        sys.stderr.write(f"sarl.preflight: {str(err).splitlines()[0]}\n")
+        return 2
+    if cfg.backend.name != "verl":
+        sys.stderr.write(f"sarl.preflight checks verl runs on GPU nodes; backend={cfg.backend.name} needs none\n")
+        return 2
+    checks = preflight(cfg, choices)
+    print_table(checks, f"preflight: {experiment_name(choices)}")
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (": fix the ✗ rows first" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""What sarl.train hands to verl before a GPU run: the W&B settings in Ray's runtime_env, a reward server
+every node can reach, and the cheap preflight checks before anything is launched."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+pytest.importorskip("verl")
+from sarl.backends.verl.config import build_verl_config  # noqa: E402
+from sarl.embed.server import is_loopback, routable_ip  # noqa: E402
+from sarl.train import compose_train_config, experiment_name, planned_embedding_server, wandb_env  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "tests" / "fixtures" / "models"
+
+
+def dry_run(*overrides, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "sarl.train", *overrides, "train.dry_run=true"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+
+
+# -- W&B in every process of the run ------------------------------------------------------------
+
+
+def test_wandb_settings_travel_in_rays_runtime_env(tmp_path):
+    """verl's trainer actor and workers run with the Ray daemons' environment (on several nodes those were
+    started by `ray start` before sarl.train ran), so the W&B settings go into the runtime_env verl's
+    run_ppo passes to ray.init."""
+    proc = dry_run("+exp=grpo_sarl_math", "logger.entity=my-team", f"run_dir={tmp_path / 'run'}", env={"WANDB_MODE": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    env_vars = yaml.safe_load(proc.stdout)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env_vars["WANDB_RUN_ID"] == "grpo_sarl_math-run" and env_vars["WANDB_RESUME"] == "allow"
+    assert env_vars["WANDB_ENTITY"] == "my-team"  # verl's tracker reads the entity from the environment
+    assert env_vars["WANDB_DIR"] == str(tmp_path / "run")
+    assert "WANDB_API_KEY" not in env_vars  # never written into a config file
+
+
+def test_wandb_env_modes(tmp_path):
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    home = {"HOME": str(tmp_path)}
+    assert wandb_env(cfg, "x", tmp_path / "r", home)["WANDB_MODE"] == "offline"  # no key anywhere
+    assert "WANDB_MODE" not in wandb_env(cfg, "x", tmp_path / "r", {**home, "WANDB_API_KEY": "k"})
+    assert wandb_env(cfg, "x", tmp_path / "r", {**home, "WANDB_MODE": "disabled"})["WANDB_MODE"] == "disabled"
+    assert wandb_env(cfg, "x", tmp_path / "r", {"WANDB_RUN_ID": "keep"})["WANDB_RUN_ID"] == "keep"  # a requeue
+    cfg_none, _ = compose_train_config(["+exp=grpo_sarl_math", "logger=none"])
+    assert wandb_env(cfg_none, "x", tmp_path / "r", home) == {}
+
+
+@pytest.mark.slow
+def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
+    """verl's own run_ppo (ray.init with the config's runtime_env) and a task runner standing in for verl's:
+    the actor's environment carries the settings although this process's environment does not."""
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+
+    cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={MODELS / 'qwen3_4b'}"])
+    run_dir = tmp_path / "run"
+    env_vars = wandb_env(cfg, experiment_name(choices), run_dir, {"HOME": str(tmp_path)})
+    verl_cfg = build_verl_config(
+        cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(run_dir), "e", env_vars=env_vars
+    )
+    with read_write_ray(verl_cfg):
+        verl_cfg.ray_kwargs.ray_init.num_cpus = 1
+    out = tmp_path / "env.yaml"
+
+    @ray.remote(num_cpus=0)
+    class EnvRunner:
+        def run(self, config):
+            keys = ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR")
+            out.write_text(yaml.safe_dump({k: os.environ.get(k) for k in keys}))
+
+    for k in ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR"):
+        assert k not in os.environ
+    try:
+        run_ppo(verl_cfg, task_runner_class=EnvRunner)
+    finally:
+        ray.shutdown()
+    seen = yaml.safe_load(out.read_text())
+    assert seen == {k: env_vars[k] for k in seen} and seen["WANDB_RUN_ID"] == "grpo_sarl_math-run"
+
+
+def read_write_ray(verl_cfg):
+    from omegaconf import read_write
+
+    return read_write(verl_cfg.ray_kwargs.ray_init)
+
+
+# -- several nodes: a reward server every node reaches ------------------------------------------
+
+
+def test_one_node_keeps_the_server_on_loopback():
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    server = planned_embedding_server(cfg, reward_cfg)
+    assert server.host == "127.0.0.1" and reward_cfg["embedder"]["url"] == server.url.rstrip("/")
+
+
+def test_several_nodes_put_a_routable_url_into_verls_config(tmp_path):
+    try:
+        ip = routable_ip()
+    except OSError as err:
+        pytest.skip(f"this machine has no non-loopback route: {err}")
+    proc = dry_run("+exp=grpo_sarl_math", "train.nnodes=2", env={"RAY_ADDRESS": f"{ip}:6379"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    url = yaml.safe_load(proc.stdout)["reward"]["custom_reward_function"]["reward_kwargs"]["reward"]["embedder"]["url"]
+    host = url.split("//")[1].rsplit(":", 1)[0]
+    assert host == ip and not is_loopback(host)
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math", "train.nnodes=2"])
+    os.environ["RAY_ADDRESS"] = f"{ip}:6379"
+    try:
+        server = planned_embedding_server(cfg, OmegaConf.to_container(cfg.reward, resolve=True))
+    finally:
+        del os.environ["RAY_ADDRESS"]
+    assert server.host == "0.0.0.0" and server.advertise_host == ip  # listens on every interface
+
+
+def test_several_nodes_refuse_a_loopback_embedding_url():
+    proc = dry_run("+exp=grpo_sarl_math", "train.nnodes=2", "embedding.url=http://127.0.0.1:8000")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert "loopback" in lines[-1] and "train.nnodes=2" in lines[-1] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True),
+                                       ("[::1]", True), ("10.0.0.5", False), ("0.0.0.0", False)])
+def test_loopback_addresses(host, loop):
+    assert is_loopback(host) is loop
+
+
+# -- cheap checks before launch ----------------------------------------------------------------
+
+
+def test_a_real_run_stops_before_launch_on_missing_data(tmp_path, caplog):
+    from sarl.train import main
+
+    try:
+        import sarl.backends.verl.main  # noqa: F401
+    except ImportError:
+        pytest.skip("verl's V1 trainer stack is not importable here")
+    assert main(["+exp=grpo_sarl_math", f"paths.root={tmp_path}"]) == 2
+    assert "data.train_files" in caplog.text and "python -m sarl.data.prepare dataset=aime_1983_2024" in caplog.text
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_real_run_stops_before_launch_on_an_overfull_gpu(tmp_path, caplog):
+    """With the model's config at hand, the memory plan runs before anything is launched."""
+    import pandas as pd
+
+    from sarl.train import main
+
+    data = tmp_path / "data"
+    for name in ("aime_1983_2024/train.parquet", "aime25/test.parquet"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"prompt": ["q"] * (933 if "train" in name else 30)}).to_parquet(data / name)
+    rc = main(
+        [
+            "+exp=ppo_sarl_math",
+            f"paths.root={tmp_path}",
+            f"model.path={MODELS / 'qwen3_4b'}",
+            f"embedding.model={MODELS / 'qwen3_embedding_0.6b'}",
+            "backend.rollout_gpu_memory_utilization=0.85",
+        ]
+    )
+    assert rc == 2
+    assert "memory plan" in caplog.text and "backend.rollout_gpu_memory_utilization=0.7" in caplog.text
+    assert not (tmp_path / "runs").exists()
+
+
+# -- the preflight ----------------------------------------------------------------------------
+
+
+def test_preflight_on_a_cpu_machine_reports_the_gpu_checks_failed(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sarl.preflight",
+            "+exp=ppo_sarl_math",
+            f"paths.root={tmp_path}",
+            f"model.path={MODELS / 'qwen3_4b'}",
+            f"embedding.model={MODELS / 'qwen3_embedding_0.6b'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) >= 3 and cells[0] in ("✓", "✗") and cells[1]:
+            rows[cells[1]] = cells[0]
+    assert rows["GPUs"] == "✗" and rows["torch / CUDA / driver"] == "✗" and rows["vllm"] == "✗"
+    assert rows["embedding server"] == "✗"  # not started without a GPU
+    assert rows["verl"] == "✓" and rows["attention"] == "✓" and rows["verl config"] == "✓"
+    assert rows["memory plan"] == "✓" and rows["embedding server budget"] == "✓"
+    assert rows["data"] == "✗"  # nothing prepared under tmp_path
+    assert "pip install -e .[gpu]" in proc.stdout and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()  # the preflight writes nothing
+
+
+def test_preflight_names_a_misspelt_override():
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.preflight", "+exp=grpo_sarl_math", "train.rollout_nn=8"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "rollout_nn" in proc.stderr and "Traceback" not in proc.stderr
