@@ -64,13 +64,34 @@ def check_gpus(cfg: DictConfig) -> Check:
     except Exception as err:  # a broken CUDA install
         return Check("GPUs", False, f"torch cannot query CUDA: {err}", "check the driver and the torch build")
     if have >= want:
-        return Check("GPUs", True, f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}")
+        busy = _gpus_in_use(want)
+        if busy:
+            return Check(
+                "GPUs",
+                False,
+                f"{have} CUDA GPU(s) visible, but already in use: {', '.join(busy)}",
+                "another job holds memory on these GPUs: ask SLURM for whole nodes (--exclusive) or free them",
+            )
+        return Check("GPUs", True, f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}, all free")
     return Check(
         "GPUs",
         False,
         f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}",
         f"run on a node with {want} GPUs (srun --gpus-per-node={want}) or set train.n_gpus_per_node={have or 'N'}",
     )
+
+
+def _gpus_in_use(n: int, tolerance_gib: float = 2.0) -> list[str]:
+    """GPUs among the first `n` on which more than `tolerance_gib` is already taken (by other processes)."""
+    import torch
+
+    out = []
+    for i in range(n):
+        free, total = torch.cuda.mem_get_info(i)
+        used = (total - free) / memory.GIB
+        if used > tolerance_gib:
+            out.append(f"GPU {i}: {used:.1f} of {total / memory.GIB:.1f} GiB used")
+    return out
 
 
 def check_stack() -> list[Check]:
