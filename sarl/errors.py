@@ -1,6 +1,92 @@
-"""The error every command reports as one or two lines and exit code 2: a setting or input that cannot work
-as given. The message names the file, key or value and what to do."""
+"""One error path for every command: a setting or input that cannot work as given (`UserError`) is reported
+as one or two lines on stderr naming the file, key or value and what to do, with exit code 2 and no
+traceback, unless HYDRA_FULL_ERROR=1 or SARL_DEBUG=1 asks for one."""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_USER_ERROR = 2
 
 
 class UserError(ValueError):
     """A setting or input that cannot work as given; the message says which and what to do."""
+
+
+def debug_requested() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("SARL_DEBUG") == "1"
+
+
+def report_user_errors(prog: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command's entry function: a UserError becomes `prog: message` on stderr and exit code 2."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except UserError as err:
+                if debug_requested():
+                    raise
+                sys.stderr.write(f"{prog}: {err}\n")
+                sys.exit(EXIT_USER_ERROR)
+
+        return run
+
+    return wrap
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def check_output_file(path: str | Path, key: str, inputs: tuple[str | Path | None, ...] = ()) -> Path:
+    """Before any work: `path` may be written as a new or replaced regular file. Refuses a path that is
+    anything else (a link, FIFO, device, directory: it would be replaced by a plain file), that is one of
+    `inputs`, or whose directory cannot be created or written."""
+    out = Path(path)
+    try:
+        st = out.lstat()
+    except (FileNotFoundError, NotADirectoryError):  # a new file (its directory is checked below)
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{key}={out} is a {_kind(st.st_mode)}, not a regular file; choose a file path (it is never replaced)")
+    for inp in inputs:
+        if inp is not None and _same_file(out, Path(inp)):
+            raise UserError(f"{key}={out} is the input file {inp}; choose another {key} (the input is never overwritten)")
+    check_writable_dir(out.parent, key)
+    return out
+
+
+def check_writable_dir(directory: str | Path, key: str) -> Path:
+    """`directory` exists (created if needed) and can be written; else a UserError naming `key`."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{key}: cannot create {d} ({err.strerror}); choose a writable location") from err
+    if not d.is_dir() or not os.access(d, os.W_OK | os.X_OK):
+        raise UserError(f"{key}: {d} is not a writable directory; choose a writable location")
+    return d
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()

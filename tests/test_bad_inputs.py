@@ -1,0 +1,132 @@
+"""The commands run as a user runs them, on the bad inputs of tests/fixtures/bad_inputs/: a mistake gives
+exit code 2 and one or two lines naming the file, key or value, never a traceback, and no input changes."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BAD = REPO / "tests" / "fixtures" / "bad_inputs"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A copy of the bad inputs (the commands get the copies; the test checks that none changed)."""
+    d = tmp_path / "in"
+    shutil.copytree(BAD, d)
+    before = {p.name: digest(p) for p in d.iterdir()}
+    yield d
+    assert {p.name: digest(p) for p in d.iterdir()} == before, "an input file changed"
+
+
+def score(tmp_path, *overrides, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0", "SARL_DEBUG": "0"},
+    )
+
+
+def assert_user_error(proc, *words):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr and len(err.splitlines()) <= 2, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("latin1.jsonl", ["latin1.jsonl, line 1", "not UTF-8"]),
+        ("nan_id.jsonl", ["nan_id.jsonl, line 1", "not a string or a finite number"]),
+        ("duplicate_ids.jsonl", ["line 2", "repeats line 1"]),
+        ("no_response.jsonl", ["line 2", '"response"']),
+        ("not_json.jsonl", ["line 1", "not valid JSON"]),
+    ],
+)
+def test_score_names_the_bad_line(inputs, tmp_path, name, words):
+    proc = score(tmp_path, f"input={inputs / name}", f"output={tmp_path / 'out.jsonl'}")
+    assert_user_error(proc, *words)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_score_refuses_to_overwrite_its_input(inputs, tmp_path):
+    src = inputs / "bom.jsonl"
+    assert_user_error(score(tmp_path, f"input={src}", f"output={src}"), "is the input file")
+    link = tmp_path / "alias.jsonl"
+    link.symlink_to(src)
+    assert_user_error(score(tmp_path, f"input={link}", f"output={src}"), "is the input file")
+
+
+def test_score_never_replaces_what_is_not_a_regular_file(inputs, tmp_path):
+    target = tmp_path / "kept.jsonl"
+    target.write_text("precious\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    assert_user_error(score(tmp_path, f"input={inputs / 'bom.jsonl'}", f"output={link}"), "symbolic link")
+    assert link.is_symlink() and target.read_text() == "precious\n"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert_user_error(score(tmp_path, f"input={inputs / 'bom.jsonl'}", f"output={fifo}"), "FIFO")
+    assert fifo.is_fifo()
+    assert_user_error(score(tmp_path, f"input={inputs / 'bom.jsonl'}", f"output={tmp_path}"), "directory")
+
+
+def test_score_checks_settings_and_paths_before_any_work(inputs, tmp_path):
+    assert_user_error(score(tmp_path, f"input={tmp_path / 'missing.jsonl'}"), "missing.jsonl does not exist")
+    assert_user_error(score(tmp_path, f"input={tmp_path}"), "is not a file")
+    assert_user_error(score(tmp_path, f"input={inputs / 'bom.jsonl'}", "batch_size=0"), "batch_size=0")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    proc = score(tmp_path, f"input={inputs / 'bom.jsonl'}", f"output={blocker / 'out.jsonl'}")
+    assert_user_error(proc, "output: cannot create")
+
+
+@pytest.mark.slow
+def test_score_reads_a_byte_order_mark_and_keeps_clashing_ids_apart(inputs, tmp_path):
+    out = tmp_path / "out.jsonl"
+    proc = score(tmp_path, f"input={inputs / 'bom.jsonl'}", f"output={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["bom"]
+    maps = tmp_path / "maps"
+    proc = score(tmp_path, f"input={inputs / 'clashing_ids.jsonl'}", f"output={out}", "plot=true", f"plot_dir={maps}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list(maps.glob("*.png"))) == 2  # `a/b` and `a_b` each get their own map
+
+
+def test_score_exits_3_when_every_response_failed(inputs, tmp_path):
+    """An embedding server that is not there: every response fails; the scores are still written (each
+    line valid JSON, undefined values null) and the exit code says so."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    out = tmp_path / "out.jsonl"
+    proc = score(
+        tmp_path,
+        f"input={inputs / 'clashing_ids.jsonl'}",
+        f"output={out}",
+        "embedding=vllm_server",
+        f"embedding.url=http://127.0.0.1:{port}",
+        "embedding.max_retries=0",
+        "embedding.timeout_s=2",
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]  # strict JSON
+    assert len(rows) == 2 and all(r["failed"] for r in rows)
+    assert "every response failed" in proc.stderr
