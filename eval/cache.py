@@ -1,11 +1,17 @@
 """Resumable per-sample cache of generations, structure statistics and judgements, and atomic file writes.
 
-Layout: `<root>/<checkpoint key>/<stage key>/<benchmark>/<problem>/<sample>.json`, one JSON file per sample,
-written atomically (temporary file in the same directory, fsync, `os.replace`) as soon as the sample is done.
-An interrupted evaluation therefore loses at most the samples in flight, and a file is complete or absent,
-never half written. Plain files (no database) because cluster file systems (NFS, Lustre) handle SQLite's locks
-badly. A sample file also records the hash of its problem's prompt: if the benchmark data changed, the old
-samples are ignored (counted as stale).
+Layout: `<root>/<checkpoint path key>/fp-<checkpoint fingerprint>/<stage key>/<benchmark>/<problem>/<sample>.json`,
+one JSON file per sample, written atomically (temporary file in the same directory, fsync, `os.replace`) as
+soon as the sample is done. An interrupted evaluation therefore loses at most the samples in flight, and a file
+is complete or absent, never half written. Plain files (no database) because cluster file systems (NFS,
+Lustre) handle SQLite's locks badly.
+
+Every key is what determines the content: generations by the checkpoint's fingerprint (its weight and
+tokenizer files: names, sizes, modification times, and a hash of small files whole and of the first and last
+MiB of each weight file) plus the sampling settings; structure statistics and judgements additionally by a
+hash of the response text (`text_hash`, stored in the record). A sample file records the hash of its
+problem's prompt: if the benchmark data changed, the old samples are ignored (counted as stale). A file
+that is not a sample record (unreadable, or JSON of another shape) is warned about, naming it, and recomputed.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,52 @@ def safe_name(text: str, max_len: int = 80) -> str:
     return name
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+EDGE_BYTES = 1 << 20  # the first and last MiB of each weight file enter the fingerprint
+
+
+def _fingerprinted(path: Path) -> bool:
+    """Files that determine what a checkpoint generates: weights, configs, tokenizer and chat template."""
+    name = path.name
+    return name.endswith(WEIGHT_SUFFIXES) or name.endswith((".json", ".model", ".jinja", ".txt", ".tiktoken"))
+
+
+def checkpoint_fingerprint(path: str | Path) -> str | None:
+    """A digest of a checkpoint directory's contents (see the module docstring); None for a name that is not a
+    local directory (a Hub id or a server's model name: its name is its identity)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and _fingerprinted(p)):
+        st = f.stat()
+        h.update(f"{f.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        with f.open("rb") as fh:
+            if f.name.endswith(WEIGHT_SUFFIXES) and st.st_size > 2 * EDGE_BYTES:
+                h.update(fh.read(EDGE_BYTES))
+                fh.seek(-EDGE_BYTES, os.SEEK_END)
+                h.update(fh.read(EDGE_BYTES))
+            else:
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def text_hash(text: str) -> str:
+    """The key of a response's text in the structure and judgement caches."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _is_entry(stored: Any) -> bool:
+    return (
+        isinstance(stored, dict)
+        and isinstance(stored.get("problem_id"), str)
+        and isinstance(stored.get("prompt_hash"), str)
+        and isinstance(stored.get("sample"), int)
+        and not isinstance(stored.get("sample"), bool)
+        and isinstance(stored.get("record"), dict)
+    )
+
+
 class SampleCache:
     """Records per (benchmark, problem, sample index) under one directory (one stage of one checkpoint): one
     small JSON file per sample, so that a record is written once and never rewritten."""
@@ -69,8 +121,15 @@ class SampleCache:
     def _dir(self, benchmark: str, problem_id: str) -> Path:
         return self.root / safe_name(benchmark) / safe_name(problem_id)
 
-    def get(self, benchmark: str, problem_id: str, prompt_hash: str) -> dict[int, dict[str, Any]]:
-        """The cached samples of a problem by sample index (those made for another prompt are ignored)."""
+    def get(
+        self,
+        benchmark: str,
+        problem_id: str,
+        prompt_hash: str,
+        valid: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> dict[int, dict[str, Any]]:
+        """The cached samples of a problem by sample index (those made for another prompt are ignored; a file
+        that is not a sample record, or whose record `valid` rejects, is warned about and left out)."""
         folder = self._dir(benchmark, problem_id)
         out: dict[int, dict[str, Any]] = {}
         if not folder.is_dir():
@@ -78,10 +137,15 @@ class SampleCache:
         for path in sorted(folder.glob("*.json")):
             try:
                 stored = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as err:  # cannot happen with atomic writes; say so if it does
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:  # not with atomic writes; say so
                 with self._lock:
                     self.counts["unreadable_files"] += 1
                 log.warning("cache file %s is unreadable (%s); the sample is recomputed", path, err)
+                continue
+            if not _is_entry(stored) or (valid is not None and not valid(stored["record"])):
+                with self._lock:
+                    self.counts["malformed_files"] += 1
+                log.warning("cache file %s is not a valid sample record; the sample is recomputed", path)
                 continue
             if stored.get("prompt_hash") != prompt_hash or stored.get("problem_id") != problem_id:
                 with self._lock:

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.cache import SampleCache, atomic_write_text, safe_name, stable_hash
+from eval.cache import SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash, text_hash
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
 
@@ -178,6 +178,37 @@ def generator_for(cfg: DictConfig, sampling: SamplingConfig, run_dir: Path) -> I
             gen.close()
 
 
+def checkpoint_cache_root(cache_dir: Path, name: str, ckpt: str) -> Path:
+    """The cache directory of this checkpoint's current contents: `<name>-<path key>/fp-<fingerprint>`. A
+    checkpoint re-saved at the same path gets a new directory (its old generations are never reused), and
+    the change is said in one line."""
+    ckpt_id = str(Path(ckpt).resolve()) if Path(ckpt).exists() else ckpt
+    by_path = cache_dir / f"{safe_name(name)}-{stable_hash(ckpt_id)}"
+    fingerprint = checkpoint_fingerprint(ckpt) or "name"
+    root = by_path / f"fp-{fingerprint}"
+    if not root.exists() and by_path.is_dir():
+        older = [d.name[3:] for d in by_path.glob("fp-*") if d.is_dir()]
+        if older:
+            log.warning(
+                "checkpoint %s changed since it was last evaluated (fingerprint %s, was %s): generating anew, "
+                "its earlier cached samples are not used",
+                ckpt,
+                fingerprint,
+                ", ".join(sorted(older)),
+            )
+    return root
+
+
+def _is_generation(record: dict[str, Any]) -> bool:
+    return isinstance(record.get("text"), str) and isinstance(record.get("truncated"), bool)
+
+
+def _fresh(cached: dict[int, dict], i: int, text: str) -> dict | None:
+    """A cached structure or judgement record of sample `i` if it was made for this very text."""
+    record = cached.get(i)
+    return record if record is not None and record.get("text_hash") == text_hash(text) else None
+
+
 def generate_all(
     cfg: DictConfig, benchmarks: list[Benchmark], cache: SampleCache, sampling: SamplingConfig, run_dir: Path
 ) -> tuple[dict[tuple[str, str], dict[int, dict]], dict[tuple[str, str, int], str]]:
@@ -190,7 +221,7 @@ def generate_all(
         for p in b.problems:
             key = (b.name, p.id)
             prompt_hash[key] = p.prompt_hash
-            records[key] = cache.get(b.name, p.id, p.prompt_hash)
+            records[key] = cache.get(b.name, p.id, p.prompt_hash, valid=_is_generation)
             for i in range(b.n_samples):
                 if i not in records[key]:
                     pending.append(
@@ -244,8 +275,9 @@ def structure_all(
                 key = (b.name, p.id, i)
                 if key not in texts:
                     continue
-                if i in cached:
-                    out[key] = cached[i]
+                record = _fresh(cached, i, texts[key])
+                if record is not None:
+                    out[key] = record
                 else:
                     pending.setdefault(b.kind, []).append((key, texts[key]))
     n_pending = sum(len(v) for v in pending.values())
@@ -274,9 +306,10 @@ def structure_all(
                 for start in range(0, len(items), size):
                     chunk = items[start : start + size]
                     analyses = reward.analyze(RolloutBatch.from_responses([t for _, t in chunk]))
-                    for (key, _), a in zip(chunk, analyses):
+                    for (key, text), a in zip(chunk, analyses):
                         d = a.output.diagnostics
                         record = {
+                            "text_hash": text_hash(text),
                             "sr": d.get("sr"),
                             "C": d.get("C"),
                             "L": d.get("L"),
@@ -331,12 +364,18 @@ def judge_all(
                 key = (b.name, p.id, i)
                 if key not in texts:
                     out[key] = {"score": None, "failed": "no response (generation failed)"}
-                elif i in cached:
+                elif _fresh(cached, i, texts[key]) is not None:
                     out[key] = cached[i]
                 else:
                     final = strip_thinking(texts[key])
                     if not final:
-                        record = {"score": EMPTY_RESPONSE_SCORE, "failed": None, "empty": True, "judge_output": None}
+                        record = {
+                            "text_hash": text_hash(texts[key]),
+                            "score": EMPTY_RESPONSE_SCORE,
+                            "failed": None,
+                            "empty": True,
+                            "judge_output": None,
+                        }
                         out[key] = record
                         cache.put(b.name, p.id, p.prompt_hash, i, record)
                         continue
@@ -370,6 +409,7 @@ def judge_all(
     )
 
     def on_result(key: tuple[str, str, int], record: dict[str, Any]) -> None:
+        record = {"text_hash": text_hash(texts[key]), **record}
         out[key] = record
         if record["failed"]:
             log.warning("judgement failed for %s/%s sample %d: %s", *key, record["failed"])
@@ -577,8 +617,7 @@ def run(cfg: DictConfig) -> int:
         base = load_base(cfg.base_results)
         sampling = sampling_config(cfg)
         benchmarks = load_benchmarks(cfg)
-        ckpt_id = str(Path(ckpt).resolve()) if Path(ckpt).exists() else ckpt
-        root = Path(cfg.cache_dir) / f"{safe_name(name)}-{stable_hash(ckpt_id)}"
+        root = checkpoint_cache_root(Path(cfg.cache_dir), name, ckpt)
         gen_identity = {**sampling.cache_identity(), "seed": int(cfg.seed)}
         gen_root = root / f"gen-{stable_hash(gen_identity)}"
         records, failures = generate_all(cfg, benchmarks, SampleCache(gen_root), sampling, run_dir)

@@ -64,3 +64,40 @@ def test_safe_names_do_not_collide():
     assert len(long) <= 80
     assert stable_hash({"b": 1, "a": 2}) == stable_hash({"a": 2, "b": 1})
     assert stable_hash({"a": 1}) != stable_hash({"a": 2})
+
+
+def test_a_malformed_record_is_warned_about_and_recomputed(tmp_path, caplog):
+    """Valid JSON of the wrong shape (or a record the stage rejects) names its file and is left out; the
+    evaluation goes on."""
+    cache = SampleCache(tmp_path)
+    cache.put("b", "p1", "h", 0, {"text": "x"})
+    cache.put("b", "p1", "h", 1, {"text": None})
+    cache.put("b", "p1", "h", 2, {"text": "z"})
+    files = sorted((tmp_path / "b").rglob("*.json"))
+    files[2].write_text(json.dumps([1, 2, 3]))
+    fresh = SampleCache(tmp_path)
+    assert fresh.get("b", "p1", "h", valid=lambda r: isinstance(r.get("text"), str)) == {0: {"text": "x"}}
+    assert fresh.counts["malformed_files"] == 2
+    assert str(files[1]) in caplog.text and str(files[2]) in caplog.text
+
+
+def test_checkpoint_fingerprint_follows_the_contents(tmp_path):
+    from eval.cache import checkpoint_fingerprint
+
+    ckpt = tmp_path / "final"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"a": 1}')
+    (ckpt / "tokenizer_config.json").write_text('{"chat_template": "x"}')
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(b"\0" * (3 << 20))
+    (ckpt / "trainer_state.json.lock").write_text("ignored")
+    first = checkpoint_fingerprint(ckpt)
+    assert first == checkpoint_fingerprint(ckpt) and len(first) == 16
+    stat = weights.stat()
+    weights.write_bytes(b"\0" * (3 << 20 - 1) + b"\1")  # re-saved: same size, the last MiB differs
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the old modification time
+    second = checkpoint_fingerprint(ckpt)
+    assert second != first
+    (ckpt / "tokenizer_config.json").write_text('{"chat_template": "y"}')
+    assert checkpoint_fingerprint(ckpt) not in (first, second)
+    assert checkpoint_fingerprint("Qwen/Qwen3-4B") is None  # a name: its name is its identity

@@ -350,3 +350,61 @@ def test_lm_eval_tasks_join_the_report(full_run, tiny_chat_model, tmp_path, monk
     assert len(lm_server.requests) == 3 * 2
     markdown = (tmp_path / "with_lm_eval" / "results.md").read_text()
     assert "| toy_qa | exact_match,strict-match | 66.67 | 3 |" in markdown
+
+
+def test_a_checkpoint_resaved_in_place_is_evaluated_anew(full_run, tiny_chat_model, tmp_path, caplog):
+    """The cache is keyed by the checkpoint's contents: after a re-save at the same path (a resumed run
+    rewriting final/), nothing of the old model's generations, structure statistics or judgements is reused,
+    and the change is said in one line."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, root, data = full_run
+    ckpt = tmp_path / "final"
+    shutil.copytree(tiny_chat_model, ckpt)
+    judge = FakeChatServer(fixture_judge())
+    try:
+        args = overrides(str(ckpt), data, tmp_path, judge.url, cache_dir=str(tmp_path / "cache"))
+        assert eval_run.main(args) == 0
+        model = AutoModelForCausalLM.from_pretrained(ckpt)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        model.save_pretrained(ckpt)  # re-saved in place
+        caplog.clear()
+        assert eval_run.main(args) == 0
+    finally:
+        judge.close()
+    assert "changed since it was last evaluated" in caplog.text
+    assert "generation: 0 of" in caplog.text and "structure statistics: 0 cached" in caplog.text
+
+
+def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer(full_run, tiny_chat_model, tmp_path, caplog):
+    """A structure record made for another text is recomputed; a generation record whose text is null is
+    warned about (file named) and generated again, not read as "no answer"."""
+    import shutil
+
+    _, root, data = full_run
+    cache = tmp_path / "cache"
+    shutil.copytree(root / "cache", cache)
+    structure_file = sorted(cache.rglob("structure-*/toy_aime/*/0.json"))[0]
+    entry = json.loads(structure_file.read_text())
+    entry["record"]["text_hash"] = "0" * 16  # made for another response
+    structure_file.write_text(json.dumps(entry))
+    gen_file = sorted(p for p in cache.rglob("toy_math/*/1.json") if "/gen-" in str(p) and "structure-" not in str(p))[0]
+    entry = json.loads(gen_file.read_text())
+    entry["record"]["text"] = None
+    gen_file.write_text(json.dumps(entry))
+    judge = FakeChatServer(fixture_judge())
+    try:
+        args = overrides(tiny_chat_model, data, tmp_path, judge.url, cache_dir=str(cache))
+        assert eval_run.main(args) == 0
+    finally:
+        judge.close()
+    assert str(gen_file) in caplog.text and "not a valid sample record" in caplog.text
+    assert "generation: 15 of 16 responses cached, 1 to generate" in caplog.text
+    # the stale record is recomputed; the regenerated sample has its old text again (same per-sample seed), so
+    # its statistics, keyed by that text, stand
+    assert "structure statistics: 15 cached, 1 to compute" in caplog.text
