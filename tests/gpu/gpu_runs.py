@@ -73,14 +73,14 @@ def build_tiny_policy(cache_dir: Path, *overrides: str) -> Path:
 
 
 SMOKE_NAME = "smoke_arithmetic"
-SMOKE_PROMPTS = REPO / "sarl" / "smoke" / "data" / "train.trl.jsonl"
-# sarl.smoke.make_data writes "<question> <INSTRUCTION>"; the math builder appends the suffix itself
-SMOKE_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 VAL_PROMPTS = 4  # the last smoke prompts are the validation set
 
 
 def smoke_rows() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in SMOKE_PROMPTS.read_text().splitlines() if line.strip()]
+    """The shipped smoke prompts (sarl/smoke/data/train.trl.jsonl)."""
+    from sarl.smoke import DATA_DIR
+
+    return [json.loads(line) for line in (DATA_DIR / "train.trl.jsonl").read_text().splitlines() if line.strip()]
 
 
 def write_smoke_parquet(out_dir: Path) -> dict[str, Path]:
@@ -89,14 +89,15 @@ def write_smoke_parquet(out_dir: Path) -> dict[str, Path]:
     `train.parquet` and `test.parquet` (the last VAL_PROMPTS prompts)."""
     from sarl.data.build import Steps, build_math
     from sarl.data.writers import write_parquet
+    from sarl.smoke.make_data import INSTRUCTION
 
-    rows = smoke_rows()
+    suffix = f" {INSTRUCTION}"  # make_data writes "<question> <INSTRUCTION>"; the math builder appends it
     source = []
-    for row in rows:
+    for row in smoke_rows():
         (message,) = row["prompt"]
-        if not message["content"].endswith(SMOKE_SUFFIX):
-            raise ValueError(f"smoke prompt {message['content']!r} does not end with the math suffix")
-        question = message["content"][: -len(SMOKE_SUFFIX)]
+        if not message["content"].endswith(suffix):
+            raise ValueError(f"smoke prompt {message['content']!r} does not end with {suffix!r}")
+        question = message["content"][: -len(suffix)]
         source.append({"id": str(row["extra_info"]["index"]), "question": question, "answer": row["ground_truth"]})
     splits = {"train": source[:-VAL_PROMPTS], "test": source[-VAL_PROMPTS:]}
     paths = {}
@@ -105,7 +106,7 @@ def write_smoke_parquet(out_dir: Path) -> dict[str, Path]:
             "name": SMOKE_NAME,
             "split": split,
             "fields": {"id": "id", "question": "question", "answer": "answer"},
-            "prompt_suffix": SMOKE_SUFFIX,
+            "prompt_suffix": suffix,
         }
         built = build_math(spec, part, Steps(f"{SMOKE_NAME}/{split}"), drop_invalid=False)
         paths[split] = out_dir / f"{split}.parquet"

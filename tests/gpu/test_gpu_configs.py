@@ -221,10 +221,11 @@ def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layo
 
     from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
     from sarl.interface import RolloutBatch
+    from sarl.smoke import DATA_DIR
     from sarl.train import compose_train_config
 
     cfg, _ = compose_train_config(train_overrides(row, tiny_policy_layout, smoke_parquet, tmp_path))
-    traces = [json.loads(line) for line in (REPO / "sarl/smoke/data/traces.jsonl").read_text().splitlines()[:ROLLOUTS]]
+    traces = [json.loads(line) for line in (DATA_DIR / "traces.jsonl").read_text().splitlines()[:ROLLOUTS]]
     batch = RolloutBatch(
         prompts=[t["prompt"][0]["content"] for t in traces],
         responses=[t["completion"][0]["content"] for t in traces],
