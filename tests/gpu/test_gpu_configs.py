@@ -1,0 +1,264 @@
+"""CPU checks of the GPU suite, up to the GPU: which tests `pytest -m gpu` selects and why they skip here,
+the one-GPU environment of its child processes, the exact `sarl.train` command lines of its verl runs
+(dry run: the verl config they would launch), the parquet its fixture writes read by verl's own dataset
+code, the reward metrics its runs expect, and the reader of verl's file logger."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from gpu_runs import (
+    MAX_PROMPT_LENGTH,
+    MAX_RESPONSE_LENGTH,
+    METRICS_FILE,
+    REPO,
+    ROLLOUTS,
+    ROWS,
+    SMOKE_NAME,
+    STEPS,
+    VAL_PROMPTS,
+    child_env,
+    embedding_model,
+    embedding_server,
+    gpu_device,
+    http_embedder,
+    missing_metrics,
+    read_step_metrics,
+    smoke_rows,
+    train_overrides,
+    why_no_gpu,
+)
+
+GPU_TESTS = {
+    "tests/gpu/test_gpu_embedding.py::test_embedding_server_answers_one_request_at_the_configured_budget",
+    *(f"tests/gpu/test_gpu_verl.py::test_two_verl_steps_on_one_gpu[{row.name}]" for row in ROWS),
+}
+
+# -- selection, skipping, the GPU of a child process -----------------------------------------------
+
+
+def pytest_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_pytest_m_gpu_selects_exactly_the_gpu_suite():
+    proc = pytest_run("-m", "gpu", "--collect-only", "-q", "tests")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {line for line in proc.stdout.splitlines() if "::" in line} == GPU_TESTS
+
+
+def test_without_a_gpu_the_suite_is_skipped_with_the_reason():
+    why = why_no_gpu()
+    if why is None:
+        pytest.skip("this machine has a CUDA GPU and vLLM: the GPU suite runs here")
+    proc = pytest_run("-m", "gpu", "-rs", "tests/gpu")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{len(GPU_TESTS)} skipped" in proc.stdout and "passed" not in proc.stdout
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED [")]  # -rs, one per location
+    assert skipped and all(line.endswith(why) for line in skipped), skipped
+    assert sum(int(line.split("[")[1].split("]")[0]) for line in skipped) == len(GPU_TESTS)
+
+
+def test_child_processes_get_one_gpu_and_their_own_ray(monkeypatch):
+    monkeypatch.delenv("SARL_GPU_TEST_DEVICE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_device() == "0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # e.g. SLURM's allocation: its first GPU
+    assert gpu_device() == "3"
+    monkeypatch.setenv("SARL_GPU_TEST_DEVICE", "5")
+    env = child_env(VERL_FILE_LOGGER_PATH="/tmp/m.jsonl")
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["RAY_ADDRESS"] == "local"
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["VERL_FILE_LOGGER_PATH"] == "/tmp/m.jsonl"
+
+
+# -- what the embedding test launches --------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_embedding_server_gets_the_configured_budget_and_one_gpu(tmp_path, monkeypatch):
+    from sarl.embed.http import HTTPEmbedder
+    from sarl.embed.local import bundled_minilm_path
+    from sarl.train import compose_train_config
+
+    monkeypatch.delenv("SARL_GPU_EMBED_MODEL", raising=False)
+    monkeypatch.setenv("SARL_GPU_TEST_DEVICE", "1")
+    model = embedding_model()
+    assert model == bundled_minilm_path()
+    budget = compose_train_config([])[0].embedding_server
+    server, dim = embedding_server(model, tmp_path / "server.log")
+    cmd = server.command()
+    assert dim == 384 and server.env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert cmd[:3] == [budget.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--model") + 1] == model and cmd[cmd.index("--runner") + 1] == "pooling"
+    assert float(cmd[cmd.index("--gpu-memory-utilization") + 1]) == budget.gpu_memory_utilization
+    extra = list(budget.extra_args)
+    assert cmd[len(cmd) - len(extra) :] == extra
+    configured = budget.get("max_model_len")
+    assert ("--max-model-len" in cmd) is (configured is not None)
+    for length, served in ((8192, "512"), (256, "256")):  # cut to MiniLM's 512 positions
+        server, _ = embedding_server(model, tmp_path / "server.log", f"++embedding_server.max_model_len={length}")
+        assert server.command()[server.command().index("--max-model-len") + 1] == served
+
+    embedder = http_embedder("http://127.0.0.1:8000", model, dim)
+    assert isinstance(embedder, HTTPEmbedder) and embedder.endpoint == "http://127.0.0.1:8000/v1/embeddings"
+    assert embedder.model == model and embedder.dim == dim and embedder.extra_body == {"truncate_prompt_tokens": -1}
+
+
+# -- what the verl runs launch ----------------------------------------------------------------------
+
+
+def dry_run(row, policy, data, root) -> tuple[dict, str]:
+    """`python -m sarl.train <the GPU test's overrides> train.dry_run=true`: verl's config (resolved) and
+    the launch command."""
+    from omegaconf import OmegaConf
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", *train_overrides(row, policy, data, root), "train.dry_run=true"],
+        cwd=root,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return OmegaConf.to_container(OmegaConf.create(proc.stdout), resolve=True), proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(row, tiny_policy_layout, smoke_parquet, tmp_path):
+    v, command = dry_run(row, tiny_policy_layout, smoke_parquet, tmp_path)
+    trainer, rollout, actor = v["trainer"], v["actor_rollout_ref"]["rollout"], v["actor_rollout_ref"]["actor"]
+    run_dir = tmp_path / row.name
+    assert f"-m sarl.backends.verl.main --config-path {run_dir} --config-name verl_trainer" in command
+    assert not run_dir.exists()  # a dry run writes nothing
+    # one GPU: the trainer's, the rollout's and vLLM's tensor parallelism
+    assert trainer["nnodes"] == 1 and trainer["n_gpus_per_node"] == 1
+    assert rollout["n_gpus_per_node"] == 1 and rollout["tensor_model_parallel_size"] == 1
+    # two steps, a checkpoint and a validation at the last, metrics in verl's file logger
+    assert trainer["total_training_steps"] == STEPS and trainer["val_before_train"] is False
+    assert trainer["save_freq"] == STEPS and trainer["test_freq"] == STEPS
+    assert trainer["logger"] == ["console", "file"] and trainer["default_local_dir"] == f"{run_dir}/checkpoints"
+    assert trainer["use_v1"] is True and trainer["v1"]["trainer_mode"] == "sarl"
+    # the policy, the data, vLLM rollouts
+    assert v["actor_rollout_ref"]["model"]["path"] == str(tiny_policy_layout)
+    assert v["data"]["train_files"] == str(smoke_parquet["train"])
+    assert v["data"]["val_files"] == str(smoke_parquet["test"])
+    assert rollout["name"] == "vllm" and rollout["prompt_length"] == MAX_PROMPT_LENGTH
+    assert rollout["response_length"] == MAX_RESPONSE_LENGTH
+    assert rollout["n"] == row.n_trained and trainer["v1"]["sarl"]["n_votes"] == ROLLOUTS
+    assert actor["use_kl_loss"] is True  # actor/kl_loss is logged
+    # the algorithm and the reward
+    assert v["critic"]["enable"] is row.critic
+    assert v["algorithm"]["adv_estimator"] == ("gae" if row.critic else "grpo")
+    function = v["reward"]["custom_reward_function"]
+    reward = function["reward_kwargs"]["reward"]
+    if row.name.endswith("ttrl"):
+        assert reward["_target_"] == "baselines.ttrl.TTRLReward"
+        assert function["path"] is None and v["reward"]["num_workers"] == 0  # scored by SarlTrainer on groups
+    else:
+        assert reward["_target_"] == "sarl.reward.StructureReward"
+        assert reward["embedder"]["_target_"] == "sarl.embed.local.SentenceTransformerEmbedder"
+        assert function["path"] == "pkg://sarl.backends.verl.reward"
+
+
+@pytest.mark.slow
+def test_the_parquet_loads_with_verls_dataset_and_renders_the_smoke_prompts(
+    tiny_policy_layout, smoke_parquet, tmp_path
+):
+    """The trainer's own path (trainer/ppo/v1/trainer_base.py `_init_tokenizer`, `_init_dataloader`): the model
+    config's tokenizer, `create_rl_dataset` on verl's `data` config, then the prompt rendered by the agent
+    loop's continuous-token builder (experimental/agent_loop/agent_loop.py)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    from sarl.backends.verl.config import build_verl_config
+    from sarl.train import compose_train_config
+
+    cfg, _ = compose_train_config(train_overrides(ROWS[0], tiny_policy_layout, smoke_parquet, tmp_path))
+    v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), ROWS[0].exp)
+    OmegaConf.resolve(v)
+    model = omega_conf_to_dataclass(v.actor_rollout_ref.model)
+    builder = create_continuous_token_builder(model.tokenizer, hf_model_type=model.hf_config.model_type)
+    rows = smoke_rows()
+    for files, is_train, expected in (
+        (v.data.train_files, True, rows[:-VAL_PROMPTS]),
+        (v.data.val_files, False, rows[-VAL_PROMPTS:]),
+    ):
+        dataset = create_rl_dataset(files, v.data, model.tokenizer, model.processor, is_train=is_train)
+        assert isinstance(dataset, RLHFDataset) and len(dataset) == len(expected)  # no prompt filtered out
+        for i, row in enumerate(expected):
+            item = dataset[i]
+            assert item["raw_prompt"] == row["prompt"] and item["data_source"] == SMOKE_NAME
+            assert item["reward_model"]["ground_truth"] == [row["ground_truth"]]
+            ids = builder.build_initial_tokens(item["raw_prompt"])
+            chat = f"<|im_start|>user\n{row['prompt'][0]['content']}<|im_end|>\n<|im_start|>assistant\n"
+            assert ids == model.tokenizer(chat, add_special_tokens=False)["input_ids"]
+            assert model.tokenizer.decode(ids) == chat and len(ids) <= MAX_PROMPT_LENGTH
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layout, smoke_parquet, tmp_path):
+    """The row's reward, built from its composed config, on one group of shipped reasoning traces: its
+    `reward/*/mean` metrics (sarl.backends.verl.reward.row_metrics, what SarlTrainer logs) include the
+    ones the GPU test asserts."""
+    from omegaconf import OmegaConf
+
+    from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
+    from sarl.interface import RolloutBatch
+    from sarl.smoke import DATA_DIR
+    from sarl.train import compose_train_config
+
+    cfg, _ = compose_train_config(train_overrides(row, tiny_policy_layout, smoke_parquet, tmp_path))
+    traces = [json.loads(line) for line in (DATA_DIR / "traces.jsonl").read_text().splitlines()[:ROLLOUTS]]
+    batch = RolloutBatch(
+        prompts=[t["prompt"][0]["content"] for t in traces],
+        responses=[t["completion"][0]["content"] for t in traces],
+        group_ids=["g"] * ROLLOUTS,
+        ground_truths=[["144"]] * ROLLOUTS,
+        data_sources=[SMOKE_NAME] * ROLLOUTS,
+        extra_info=[{}] * ROLLOUTS,
+    )
+    _, infos = score_rollouts(reward_from_config(OmegaConf.to_container(cfg.reward, resolve=True)), batch)
+    metrics = row_metrics(infos)
+    expected = tuple(m for m in row.metrics if m.startswith("reward/") and m.endswith("/mean"))
+    assert expected and missing_metrics(metrics, expected) == []
+    assert metrics["reward/failed"] == 0
+
+
+@pytest.mark.slow
+def test_the_metrics_reader_reads_verls_file_logger(tmp_path, monkeypatch):
+    from verl.utils.tracking import Tracking
+
+    path = tmp_path / METRICS_FILE
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    tracking = Tracking(project_name="sarl", experiment_name="gpu", default_backend=["file"])
+    for step in (1, 2):
+        tracking.log({"actor/kl_loss": 0.01 * step, "timing_s/step": 3.5, "reward/sr/mean": float("nan")}, step=step)
+    tracking.finish()
+    steps = read_step_metrics(path)
+    assert sorted(steps) == [1, 2] and steps[2]["actor/kl_loss"] == pytest.approx(0.02)
+    assert missing_metrics(steps[1], ("actor/kl_loss", "timing_s/step")) == []
+    # NaN is written as null (orjson); an absent metric reads as None too
+    assert missing_metrics(steps[1], ("reward/sr/mean", "actor/entropy")) == [
+        "reward/sr/mean=None",
+        "actor/entropy=None",
+    ]
+    path.write_text(path.read_text() * 2)
+    with pytest.raises(ValueError, match="step 1 logged twice"):
+        read_step_metrics(path)
