@@ -190,6 +190,13 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
             raise UserError(f"embedding_server.host=auto on {nnodes} nodes: {err}; set embedding_server.host=<this node's IP>")
     else:
         bind = advertise = "127.0.0.1"
+    max_model_len = s.max_model_len
+    from sarl.backends.verl.memory import find_model_config
+
+    context = (find_model_config(str(s.model)) or {}).get("max_position_embeddings")
+    if max_model_len and context and int(max_model_len) > int(context):  # vLLM refuses a longer one
+        log.info("embedding_server.max_model_len=%s exceeds %s's context: serving %s", max_model_len, s.model, context)
+        max_model_len = int(context)
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     gpu = int(s.gpu)
     device = visible[gpu] if gpu < len(visible) else str(gpu)
@@ -201,7 +208,7 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
         advertise_host=advertise,
         port=s.port,
         gpu_memory_utilization=s.gpu_memory_utilization,
-        max_model_len=s.max_model_len,
+        max_model_len=max_model_len,
         extra_args=[*(["--dtype", str(s.dtype)] if s.dtype else []), *s.extra_args],
         env={"CUDA_VISIBLE_DEVICES": device},
         startup_timeout_s=s.startup_timeout_s,

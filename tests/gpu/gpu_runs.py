@@ -126,33 +126,19 @@ def embedding_model() -> str:
 
 
 def embedding_server(model: str, log_path: Path, *overrides: str):
-    """The standalone embedding server for `model` as sarl.train configures it (conf/train.yaml
-    `embedding_server`, with Hydra `overrides`: GPU memory budget, max_model_len where the key is set, extra
-    arguments, interpreter, start-up time) on `gpu_device()`, and the model's embedding size. A max_model_len
-    beyond the model's context (MiniLM: 512 positions) is cut to it."""
+    """The standalone embedding server for `model` exactly as sarl.train plans it (`planned_embedding_server`:
+    conf/embedding_server/ budget, max_model_len cut to the model's context, dtype, interpreter) on
+    `gpu_device()`, and the model's embedding size."""
+    from omegaconf import OmegaConf
     from transformers import AutoConfig
 
-    from sarl.embed.server import EmbeddingServer
-    from sarl.train import compose_train_config
+    from sarl.train import compose_train_config, planned_embedding_server
 
-    config = AutoConfig.from_pretrained(model)
-    budget = compose_train_config(list(overrides))[0].embedding_server
-    max_model_len = budget.get("max_model_len")
-    context = getattr(config, "max_position_embeddings", None)
-    if max_model_len is not None and context is not None and max_model_len > context:
-        print(f"embedding_server.max_model_len={max_model_len} exceeds the context of {model}: serving {context}")
-        max_model_len = context
-    server = EmbeddingServer(
-        model,
-        python=budget.python or sys.executable,
-        gpu_memory_utilization=budget.gpu_memory_utilization,
-        max_model_len=max_model_len,
-        extra_args=list(budget.extra_args),
-        env=child_env(),
-        startup_timeout_s=budget.startup_timeout_s,
-        log_path=log_path,
-    )
-    return server, int(config.hidden_size)  # the pooled vector's size: neither model has a projection head
+    cfg, _ = compose_train_config(["embedding=vllm_server", f"embedding.model={model}", *overrides])
+    server = planned_embedding_server(cfg, {"embedder": OmegaConf.to_container(cfg.embedding, resolve=True)})
+    server.env = {**server.env, **child_env()}
+    server.log_path = Path(log_path)
+    return server, int(AutoConfig.from_pretrained(model).hidden_size)  # neither model has a projection head
 
 
 def http_embedder(url: str, model: str, dim: int):
@@ -253,8 +239,6 @@ def train_overrides(row: Row, model_dir: Path, data: dict[str, Path], root: Path
         f"+backend.overrides.trainer.total_training_steps={STEPS}",
         "+backend.overrides.trainer.val_before_train=false",
         "+backend.overrides.trainer.logger=[console,file]",
-        # verl's default is 2 (rollout.tensor_model_parallel_size): one GPU serves the rollouts alone
-        "+backend.overrides.actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         *row.extra,
     ]
 

@@ -221,3 +221,17 @@ def test_preflight_names_a_misspelt_override():
         timeout=300,
     )
     assert proc.returncode == 2 and "rollout_nn" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rollout_tensor_parallelism_fits_the_node(tmp_path):
+    """verl's rollout spans 2 GPUs per vLLM replica by default; on a one-GPU node that cannot start."""
+
+    def tp(*extra):
+        cfg, choices = compose_train_config(["+exp=grpo_sarl_math", *extra])
+        v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), "e")
+        return v.actor_rollout_ref.rollout.tensor_model_parallel_size
+
+    assert tp() == 2 and tp("train.n_gpus_per_node=1") == 1
+    assert tp("backend.rollout_tensor_parallel_size=4") == 4
+    with pytest.raises(ValueError, match="must divide train.n_gpus_per_node=8"):
+        tp("backend.rollout_tensor_parallel_size=3")

@@ -21,6 +21,7 @@ REWARD_FN_NAME = "compute_score"
 # The V1 trainer that sarl.backends.verl.trainer registers with verl (`register_trainer`); its own
 # settings live in `trainer.v1.<name>`, verl's convention for a trainer mode's section.
 TRAINER_NAME = "sarl"
+VERL_DEFAULT_ROLLOUT_TP = 2  # verl 0.9.1's rollout.tensor_model_parallel_size
 
 
 def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bool = False) -> dict[str, Any]:
@@ -38,6 +39,12 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         raise ValueError(
             f"train.n_trained={t.n_trained} < train.rollout_n={t.rollout_n} needs a group reward (TTRL, "
             "EVOL-RL vote on all rollouts and train on some); a per-response reward trains on every rollout"
+        )
+    tp = int(b.rollout_tensor_parallel_size or min(VERL_DEFAULT_ROLLOUT_TP, t.n_gpus_per_node))
+    if tp < 1 or t.n_gpus_per_node % tp:
+        raise ValueError(
+            f"backend.rollout_tensor_parallel_size={tp} must divide train.n_gpus_per_node={t.n_gpus_per_node} "
+            "(each vLLM replica spans that many GPUs of one node)"
         )
     values: dict[str, Any] = {
         "algorithm.adv_estimator": a.adv_estimator,
@@ -70,6 +77,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "actor_rollout_ref.rollout.n": t.n_trained,
         "actor_rollout_ref.rollout.temperature": t.temperature,
         "actor_rollout_ref.rollout.gpu_memory_utilization": b.rollout_gpu_memory_utilization,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": tp,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
         "critic.enable": a.use_critic,
