@@ -5,6 +5,7 @@ import hashlib
 import numpy as np
 
 from sarl.embed.base import Embedder
+from sarl.interface import RewardOutput
 
 
 class KeywordEmbedder(Embedder):
@@ -34,3 +35,19 @@ class KeywordEmbedder(Embedder):
             v += np.random.default_rng(seed).normal(scale=0.01, size=self.size)
             out.append(v)
         return out, {}
+
+
+class PromptRecorder:
+    """A prompt-dependent reward test double (like MaxFlow, `needs_prompt`): scores 1 and records every
+    prompt it is given. `name` only makes configs differ (the verl bridge builds one object per config)."""
+
+    needs_prompt = True
+    diagnostic_keys = ()
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.prompts: list[str] = []
+
+    def __call__(self, batch):
+        self.prompts.extend(batch.prompts)
+        return [RewardOutput(1.0) for _ in batch.responses]
