@@ -224,7 +224,7 @@ class ModuleJob:
         cmd = self.command()
         print(f"sarl.launch: running {shlex.join(cmd)} in {self.workdir}", flush=True)
         rc = self._run(cmd, env)
-        if rc == -signal.SIGTERM:
+        if rc in (-signal.SIGTERM, 128 + signal.SIGTERM):  # killed by it, or stopped on it (sarl.train: 143)
             # SLURM terminated the job's processes (preemption, requeue, cancel): its follow-up (submitit's
             # USR2 -> checkpoint() and requeue, or SIGKILL) decides what happens; fail only if none comes.
             print("sarl.launch: the run was terminated (SIGTERM); waiting for SLURM's next signal", flush=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import fake_vllm_python
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
@@ -209,26 +210,6 @@ def test_a_real_run_checks_the_trainer_and_the_data_before_writing_anything(tmp_
     assert not Path(tmp_path / "runs").exists()
 
 
-FAKE_VLLM = r"""
-import argparse, json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-ap = argparse.ArgumentParser(); ap.add_argument("-m"); ap.add_argument("--port", type=int); ap.add_argument("--host")
-args, _ = ap.parse_known_args()
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        data = [{"index": i, "embedding": [1.0 + len(t), 2.0, 3.0]} for i, t in enumerate(body["input"])]
-        out = json.dumps({"data": data}).encode()
-        self.send_response(200); self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
-print("fake vllm on", args.port, flush=True)
-HTTPServer((args.host, args.port), H).serve_forever()
-"""
-
-
 def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
     """embedding=vllm_server with url "auto": the server is started as a child, health-checked,
     its URL handed to the reward, and stopped afterwards (a stand-in for vLLM speaks the same HTTP)."""
@@ -238,10 +219,7 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
 
     from sarl.train import embedding_server_for
 
-    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM)
-    fake_python = tmp_path / "python"
-    fake_python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_vllm.py"} "$@"\n')
-    fake_python.chmod(0o755)
+    fake_python = fake_vllm_python(tmp_path)
     cfg, _ = compose_train_config(
         [
             "embedding=vllm_server",

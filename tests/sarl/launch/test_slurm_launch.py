@@ -3,7 +3,9 @@ multi-node Ray plan, and (slow, as root) real jobs on a local single-node SLURM 
 submitted through submitit, and a preempted job that is requeued and resumes."""
 
 import json
+import os
 import pickle
+import sys
 import time
 from pathlib import Path
 
@@ -158,6 +160,17 @@ def test_checkpoint_requeues_the_same_job_and_pickles_without_its_process(tmp_pa
     again = pickle.loads(pickle.dumps(delayed))
     assert again.function.command() == ["/usr/bin/python3", "-m", "sarl.train", "+exp=smoke", "launcher=local"]
     assert again.function._proc is None
+
+
+@pytest.mark.parametrize("code", ["os.kill(os.getpid(), signal.SIGTERM)", "sys.exit(128 + signal.SIGTERM)"])
+def test_a_run_ended_by_sigterm_waits_for_slurms_next_signal(code, tmp_path, capsys):
+    """Killed by SIGTERM, or stopped on it and exiting 143 as sarl.train does (sarl.signals): the job waits for
+    submitit's USR2 (checkpoint and requeue) instead of failing at once."""
+    (tmp_path / "terminated_run.py").write_text(f"import os, signal, sys\n{code}\n")
+    job = ModuleJob("terminated_run", [], str(tmp_path), SlurmSettings(signal_delay_s=0), sys.executable)
+    with pytest.raises(RuntimeError, match="exited with"):
+        job._run_driver({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert "the run was terminated (SIGTERM); waiting for SLURM's next signal" in capsys.readouterr().out
 
 
 # -- a real SLURM cluster --------------------------------------------------------------------
