@@ -246,3 +246,31 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
         assert pids
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", sorted(PAPER_ROWS))
+def test_dry_run_works_offline_with_an_empty_model_cache(exp, tmp_path):
+    """No network and nothing in the Hugging Face cache: the backend's config on stdout (YAML), the launch
+    command on stderr, no traceback; with a critic (PPO), one line says the model was not resolved here."""
+    import os
+
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(hf_home)}
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):  # HF_HOME alone says where
+        env.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", f"+exp={exp}", "train.dry_run=true", f"paths.root={tmp_path}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert isinstance(printed, dict) and printed
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    assert list(hf_home.rglob("*")) == []  # nothing fetched, nothing cached
+    unresolved = "critic.model.path=Qwen/Qwen3-4B: not a local directory nor in the Hugging Face cache"
+    assert (unresolved in proc.stderr) == exp.startswith("ppo_")
