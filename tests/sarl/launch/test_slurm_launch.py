@@ -203,9 +203,9 @@ def test_the_head_publishes_its_address_once_per_start_of_the_job(tmp_path):
     assert read_head_ip(path, timeout_s=1) == "10.1.0.1" and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
-# Stands in for the job's python: records its arguments (and RAY_ADDRESS, RAY_AUTH_MODE); as `-m ray.scripts.scripts start
-# --head` it records its pid, starts a grandchild in its process group and waits, like `ray start --block`;
-# any other command (a worker's `ray start`, the driver) ends at once.
+# Stands in for the job's python: records its arguments (and RAY_ADDRESS, RAY_AUTH_MODE); as `-m
+# ray.scripts.scripts start --head` it records its pid, starts a grandchild in its process group and waits,
+# like `ray start --block`; any other command (a worker's `ray start`, the driver) ends at once.
 FAKE_PYTHON = r"""#!/bin/sh
 echo "$* RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE" >> "$FAKE_DIR/calls"
 case "$*" in
