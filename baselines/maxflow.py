@@ -461,6 +461,9 @@ class MaxFlowReward:
         "untagged_prefix",
         "truncated",
     )
+    # node 0 of the graph is the prompt: a backend must hand this reward the prompt text
+    # (sarl.backends.verl.reward.compute_score fails a row whose extra_info lacks it)
+    needs_prompt = True
 
     def __init__(
         self,

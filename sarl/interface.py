@@ -12,6 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+# The `extra_info` key under which data preparation (`sarl.data.build.record`) stores the text of the user
+# message the policy answers. A backend that hands rewards no prompt of its own (verl's per-sample reward
+# function gets only data_source, response, ground truth and extra_info) reads the prompt from there.
+USER_PROMPT_KEY = "user_prompt"
+
 
 @dataclass
 class RolloutBatch:

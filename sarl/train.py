@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib
 import json
 import logging
 import os
@@ -100,13 +101,14 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
         raise NotLandedError(f"reward '{choices['reward']}' ({target}) has not landed yet: {err}") from err
 
 
-def launch_command(run_dir: Path) -> list[str]:
-    """Our verl entry point (verl's PPO main with our TaskRunner) on the config file this run wrote; Hydra's
-    own records and log of that process go into the run directory (not `outputs/` under the working directory)."""
+def launch_command(run_dir: Path, entry_module: str) -> list[str]:
+    """The verl entry point `backend.entry_module` (ours: verl's PPO main with our TaskRunner) on the config file
+    this run wrote; Hydra's own records and log of that process go into the run directory (not `outputs/` under
+    the working directory)."""
     return [
         sys.executable,
         "-m",
-        "sarl.backends.verl.main",
+        entry_module,
         "--config-path",
         str(run_dir),
         "--config-name",
@@ -299,13 +301,13 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     wandb_vars = wandb_env(cfg, experiment, run_dir)
     verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment, env_vars=wandb_vars)
     validate_verl_config(verl_cfg)
-    cmd = launch_command(run_dir)
+    cmd = launch_command(run_dir, cfg.backend.entry_module)
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(verl_cfg))
         sys.stderr.write(shlex.join(cmd) + "\n")
         return 0
     try:
-        import sarl.backends.verl.main  # noqa: F401  (the entry point the run launches)
+        importlib.import_module(cfg.backend.entry_module)  # the entry point the run launches
     except ImportError as err:
         raise NotLandedError(
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
@@ -364,14 +366,21 @@ def _patched_environ(env: dict[str, str]) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """SIGTERM and SIGHUP end the run like an error (sarl.signals): its children are stopped, exit 128+signal."""
+    from sarl.signals import Terminated, signals_as_exceptions
+
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     overrides = list(sys.argv[1:] if argv is None else argv)
     cfg, choices = compose_train_config(overrides)
     try:
-        return run(cfg, choices, overrides)
+        with signals_as_exceptions():
+            return run(cfg, choices, overrides)
     except (NotLandedError, UserError) as err:
         log.error("%s", err)
         return 2
+    except Terminated as err:
+        log.error("%s: the run stopped, and its child processes with it", err)
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@ A record (one parquet row; the TRL JSONL line is derived from it):
     {"data_source": NAME, "prompt": [{"role": "user", "content": ...}], "ability": "math" | "open",
      "reward_model": {"style": "rule", "ground_truth": [accepted answers]}      # math
                      {"style": "none", "ground_truth": ""},                      # open-ended
-     "extra_info": {"index": source row position, "id": original id, "split": ..., ...}}
+     "extra_info": {"index": source row position, "id": original id, "split": ...,
+                    "user_prompt": the text of the last user message of "prompt", ...}}
 
 `index` is the row's position in the source, so a problem keeps its index whatever the filters drop.
+`user_prompt` is the prompt as the policy sees it (suffix or structured template included): verl's per-sample
+reward function reads the prompt from extra_info only (`sarl.interface.USER_PROMPT_KEY`).
 A row that cannot be used (no question, a gold answer that does not parse, a WildBench row without its
 checklist) is reported by id; the build fails unless `drop_invalid` is set, and then each dropped row is
 listed in the manifest. Rows removed by a filter of the paper (length, duplicates) are counted, not listed.
@@ -28,10 +31,11 @@ from baselines.dpo_pairs import conversational_pairs, dpo_pairs_from_openrubrics
 from eval.grading import validate_gold, validate_gold_rows
 from sarl.data.answers import accepted_answers
 from sarl.data.sources import DataSourceError
+from sarl.interface import USER_PROMPT_KEY
 
 log = logging.getLogger(__name__)
 
-RESERVED_EXTRA_KEYS = frozenset({"index", "id", "split"})
+RESERVED_EXTRA_KEYS = frozenset({"index", "id", "split", USER_PROMPT_KEY})
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
 
 
@@ -149,12 +153,19 @@ def record(
 ) -> dict[str, Any]:
     """One row of verl's parquet layout (see the module docstring)."""
     style = "rule" if ability == "math" else "none"
+    user_prompt = next(m["content"] for m in reversed(prompt) if m["role"] == "user")  # what the response answers
     return {
         "data_source": name,
         "prompt": prompt,
         "ability": ability,
         "reward_model": {"style": style, "ground_truth": ground_truth},
-        "extra_info": {"index": info["index"], "id": info["id"], "split": split, **info},
+        "extra_info": {
+            "index": info["index"],
+            "id": info["id"],
+            "split": split,
+            **info,
+            USER_PROMPT_KEY: user_prompt,
+        },
     }
 
 

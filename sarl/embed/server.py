@@ -155,6 +155,13 @@ class VLLMServer:
             self.proc = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        try:
+            return self._wait_healthy()
+        except BaseException:  # not healthy in time, or interrupted (Ctrl-C, sarl.signals.Terminated) while waiting
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> VLLMServer:
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -167,7 +174,6 @@ class VLLMServer:
                 log.info("%s healthy at %s", self.label, self.url)
                 return self
             if time.monotonic() > deadline:
-                self.stop()
                 raise TimeoutError(
                     f"{self.label} at {self.url} not healthy after {self.startup_timeout_s:.0f} s; "
                     f"log tail:\n{self.log_tail()}"

@@ -16,19 +16,28 @@ logs to the same W&B run (the W&B run id derives from the run directory). A job 
 requeues (`scontrol requeue`) or that SLURM kills on preemption reruns the same submission and
 resumes the same way.
 
-Multi-node (nodes > 1): one task per node; node 0 starts a Ray head (`ray start --head`), every
-other node joins it (`ray start --address=HEAD:PORT --block`), node 0 waits until all nodes have
-joined and runs the driver once, with RAY_ADDRESS set, so verl's trainer uses the whole
-allocation; the embedding server (url "auto") is started by the driver, hence on the first node.
+Multi-node (nodes > 1): one task per node; node 0 starts a Ray head (`ray start --head --block`, a child
+in its own session), publishes its IP address in the job's submitit folder (every node sees it), and every
+other node joins it by that address (`ray start --address=HEAD_IP:PORT --block`). Ray is the job's own
+(`python -m ray.scripts.scripts`, the module behind the `ray` console script, with the job's interpreter),
+and every node gives Ray its IP address (`--node-ip-address`): that of `launcher.ray_interface`, else that
+of the interface that routes to the head, never whatever Ray picks on a node with several networks.
+Node 0 waits until all nodes have joined and runs the driver once, with RAY_ADDRESS set, so verl's trainer
+uses the whole allocation; the embedding server (url "auto") is started by the driver, hence on the first
+node. At the end node 0 stops its Ray head by the head's process group (never `ray stop`, which stops every
+Ray on the node, other users' included).
 """
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import logging
 import os
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -73,6 +82,7 @@ class SlurmSettings:
     wait: bool = False
     ray_port: int = 6379
     ray_join_timeout_s: float = 600
+    ray_interface: str | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -145,35 +155,116 @@ def job_argv(argv: Sequence[str]) -> list[str]:
     return [*out, "launcher=local"]
 
 
-def ray_head_command(port: int, num_gpus: int, num_cpus: int | None) -> list[str]:
-    cmd = ["ray", "start", "--head", f"--port={port}", f"--num-gpus={num_gpus}", "--disable-usage-stats"]
-    return cmd + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
+def ray_cli(python: str) -> list[str]:
+    """Ray's command line from the job's interpreter (the Ray installed beside the sarl it runs), not the first
+    `ray` on PATH: `python -m ray.scripts.scripts`, the module the `ray` console script runs."""
+    return [python, "-m", "ray.scripts.scripts"]
 
 
-def ray_worker_command(head: str, port: int, num_gpus: int, num_cpus: int | None) -> list[str]:
-    cmd = ["ray", "start", f"--address={head}:{port}", f"--num-gpus={num_gpus}", "--block", "--disable-usage-stats"]
-    return cmd + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
+def _resources(num_gpus: int, num_cpus: int | None) -> list[str]:
+    return [f"--num-gpus={num_gpus}"] + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
 
 
-@dataclass(frozen=True)
-class TaskPlan:
-    """What one task (one node) of the job does."""
-
-    ray: list[str] | None  # the `ray start` command of this node, None on a single node
-    runs_driver: bool
-    env: dict[str, str]
+def ray_head_command(python: str, port: int, node_ip: str, num_gpus: int, num_cpus: int | None) -> list[str]:
+    """`ray start --head --block`: runs until stopped (by its process group, `stop_process_group`)."""
+    cmd = [*ray_cli(python), "start", "--head", f"--port={port}", f"--node-ip-address={node_ip}"]
+    return cmd + _resources(num_gpus, num_cpus) + ["--block", "--disable-usage-stats"]
 
 
-def task_plan(rank: int, hostnames: Sequence[str], s: SlurmSettings) -> TaskPlan:
-    """Single node: just the driver. Multi-node: node 0 starts the Ray head and runs the driver against it
-    (RAY_ADDRESS), the others join the head and block until it goes away."""
-    if len(hostnames) <= 1:
-        return TaskPlan(ray=None, runs_driver=True, env={})
-    head = hostnames[0]
-    address = f"{head}:{s.ray_port}"
-    if rank == 0:
-        return TaskPlan(ray_head_command(s.ray_port, s.gpus_per_node, s.cpus_per_task), True, {"RAY_ADDRESS": address})
-    return TaskPlan(ray_worker_command(head, s.ray_port, s.gpus_per_node, s.cpus_per_task), False, {})
+def ray_worker_command(
+    python: str, head_ip: str, port: int, node_ip: str, num_gpus: int, num_cpus: int | None
+) -> list[str]:
+    """`ray start --address=HEAD_IP:PORT --block`: joins the head and runs until stopped or the head goes away."""
+    cmd = [*ray_cli(python), "start", f"--address={head_ip}:{port}", f"--node-ip-address={node_ip}"]
+    return cmd + _resources(num_gpus, num_cpus) + ["--block", "--disable-usage-stats"]
+
+
+SIOCGIFADDR = 0x8915  # Linux netdevice(7): an interface's address
+
+
+def interface_ip(name: str) -> str:
+    """The IPv4 address of network interface `name` on this node (Linux)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError as err:
+            names = ", ".join(n for _, n in socket.if_nameindex())
+            raise ValueError(
+                f"launcher.ray_interface={name!r}: no IPv4 address on {socket.gethostname()} ({err.strerror}); "
+                f"its interfaces are {names}. Set launcher.ray_interface to one every node has, or null"
+            ) from err
+    return socket.inet_ntoa(packed[20:24])  # struct ifreq: the name (16 bytes), then a sockaddr_in
+
+
+def node_ip_address(head: str, port: int, interface: str | None) -> str:
+    """This node's IP address for Ray: that of `interface` (launcher.ray_interface), else that of the interface
+    that routes to `head` (the head's host name or address; on the head itself, its own address). A UDP
+    socket's connect() picks the route without sending anything."""
+    if interface:
+        ip = interface_ip(interface)
+    else:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(head), port))
+            ip = sock.getsockname()[0]
+    if ipaddress.ip_address(ip).is_loopback:
+        why = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
+            f"the head node's name {head!r} resolves to a loopback address there"
+        )
+        raise RuntimeError(
+            f"Ray would listen on {ip} (loopback) on {socket.gethostname()}: {why}; set launcher.ray_interface "
+            "to the network interface the nodes reach each other on (e.g. ib0)"
+        )
+    return ip
+
+
+def head_ip_file(folder: str | Path, env: Mapping[str, str]) -> Path:
+    """Where the head node publishes its IP address: the job's submitit folder (which every node reads), one
+    file per start of the job (SLURM_RESTART_COUNT), so that a requeued job never reads its last run's."""
+    return Path(folder) / f"ray_head_ip.{env.get('SLURM_RESTART_COUNT') or 0}"
+
+
+def publish_head_ip(path: Path, ip: str) -> None:
+    """Write the head's address for the other nodes (`read_head_ip`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(ip)
+    os.replace(tmp, path)  # atomic: a reader sees the whole address or no file
+
+
+def read_head_ip(path: Path, timeout_s: float, poll_s: float = 1.0) -> str:
+    """The address the head node published, waiting up to `timeout_s` for it."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the Ray head did not publish its address in {path} within {timeout_s:.0f} s "
+                "(launcher.ray_join_timeout_s); see node 0's log in the same folder"
+            )
+        time.sleep(poll_s)
+    return path.read_text().strip()
+
+
+def ray_job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a multi-node job's Ray head, workers and driver: one authentication mode for all.
+    `ray start --head` turns token authentication on when it finds a token file (~/.ray/auth_token, which any
+    earlier local `ray.init()` writes), but `ray start --address` and `ray.init(address)` never turn it on by
+    themselves (ray 2.60 ray/_private/authentication/authentication_token_setup.py
+    maybe_enable_token_auth_if_token_available), so the workers and the driver would be refused. Without a
+    RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, Ray's default for clusters started by
+    `ray start`; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
+    return {**environ, "RAY_AUTH_MODE": environ.get("RAY_AUTH_MODE") or "disabled"}
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the process group that `proc` leads (started with start_new_session=True), SIGKILL after
+    `grace_s`: that child and whatever it started, nothing else."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 class ModuleJob:
@@ -190,7 +281,6 @@ class ModuleJob:
         self.settings = settings
         self.python = python
         self._proc: subprocess.Popen | None = None
-        self._ray_started = False
 
     def command(self) -> list[str]:
         return [self.python, "-m", self.module, *self.argv]
@@ -198,33 +288,44 @@ class ModuleJob:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_proc"] = None
-        state["_ray_started"] = False
         return state
 
     def __call__(self) -> int:
         import submitit
 
         env_ = submitit.JobEnvironment()
-        plan = task_plan(env_.global_rank, env_.hostnames, self.settings)
-        env = {**os.environ, **plan.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         log.info("job %s task %d/%d on %s", env_.job_id, env_.global_rank, env_.num_tasks, socket.gethostname())
-        if plan.ray is not None:
-            if not plan.runs_driver:
-                return self._run(plan.ray, env)  # a worker node: blocks while the head is up
-            subprocess.run(plan.ray, env=env, check=True)
-            self._ray_started = True
-            try:
-                wait_for_ray_nodes(len(env_.hostnames), plan.env["RAY_ADDRESS"], self.settings.ray_join_timeout_s)
-                return self._run_driver(env)
-            finally:
-                subprocess.run(["ray", "stop", "--force"], env=env, check=False)
-        return self._run_driver(env)
+        hosts, s = env_.hostnames, self.settings
+        if len(hosts) <= 1:
+            return self._run_driver(env)
+        env = ray_job_env(env)
+        address_file = head_ip_file(env_.paths.folder, env)
+        if env_.global_rank != 0:  # a worker node: joins the head and blocks while it is up
+            head_ip = read_head_ip(address_file, s.ray_join_timeout_s)
+            node_ip = node_ip_address(head_ip, s.ray_port, s.ray_interface)
+            return self._run(ray_worker_command(self.python, head_ip, s.ray_port, node_ip, *self._ray_resources()), env)
+        head_ip = node_ip_address(hosts[0], s.ray_port, s.ray_interface)
+        cmd = ray_head_command(self.python, s.ray_port, head_ip, *self._ray_resources())
+        log.info("Ray head: %s", shlex.join(cmd))
+        head = subprocess.Popen(cmd, cwd=self.workdir, env=env, start_new_session=True)
+        try:
+            publish_head_ip(address_file, head_ip)
+            address = f"{head_ip}:{s.ray_port}"
+            wait_for_ray_nodes(len(hosts), address, s.ray_join_timeout_s, head)
+            return self._run_driver({**env, "RAY_ADDRESS": address})
+        finally:
+            stop_process_group(head)
+            address_file.unlink(missing_ok=True)
+
+    def _ray_resources(self) -> tuple[int, int | None]:
+        return self.settings.gpus_per_node, self.settings.cpus_per_task
 
     def _run_driver(self, env: dict[str, str]) -> int:
         cmd = self.command()
         print(f"sarl.launch: running {shlex.join(cmd)} in {self.workdir}", flush=True)
         rc = self._run(cmd, env)
-        if rc == -signal.SIGTERM:
+        if rc in (-signal.SIGTERM, 128 + signal.SIGTERM):  # killed by it, or stopped on it (sarl.train: 143)
             # SLURM terminated the job's processes (preemption, requeue, cancel): its follow-up (submitit's
             # USR2 -> checkpoint() and requeue, or SIGKILL) decides what happens; fail only if none comes.
             print("sarl.launch: the run was terminated (SIGTERM); waiting for SLURM's next signal", flush=True)
@@ -244,16 +345,9 @@ class ModuleJob:
         finally:
             self._stop_child()
 
-    def _stop_child(self, grace_s: float = 30) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    def _stop_child(self) -> None:
+        if self._proc is not None:
+            stop_process_group(self._proc)
 
     def checkpoint(self, *args: Any, **kwargs: Any):
         """Preemption/time-out: stop the run (its last saved checkpoint is what the rerun resumes from)
@@ -265,13 +359,24 @@ class ModuleJob:
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
-def wait_for_ray_nodes(expected: int, address: str, timeout_s: float) -> None:
-    """Block until `expected` Ray nodes are alive in the cluster at `address`."""
+def wait_for_ray_nodes(expected: int, address: str, timeout_s: float, head: subprocess.Popen) -> None:
+    """Block until the head (the child `head`) listens at `address` and `expected` Ray nodes are alive there."""
     import ray
 
+    deadline = time.monotonic() + timeout_s
+    host, port = address.rsplit(":", 1)
+    while True:
+        if head.poll() is not None:
+            raise RuntimeError(f"the Ray head exited with {head.returncode} before all nodes joined; see the log above")
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Ray head did not listen at {address} within {timeout_s} s") from None
+            time.sleep(1)
     ray.init(address=address)
     try:
-        deadline = time.monotonic() + timeout_s
         while True:
             alive = sum(1 for n in ray.nodes() if n.get("Alive"))
             if alive >= expected:

@@ -418,7 +418,7 @@ def test_through_the_verl_per_sample_reward_function(tiny_qwen3):
     async def run_all():
         return await asyncio.gather(
             *[
-                bridge.compute_score("math", r, "5", {"question": "What is x plus y?", "uid": "u"}, reward=cfg)
+                bridge.compute_score("math", r, "5", {"user_prompt": "What is x plus y?", "uid": "u"}, reward=cfg)
                 for r in (RESPONSE, TWO_STEPS.replace("5", "6"))
             ]
         )

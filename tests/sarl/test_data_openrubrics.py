@@ -51,7 +51,13 @@ def test_filters_counts_prompts_and_outputs(tmp_path):
     assert first["prompt"] == [{"role": "user", "content": ROWS[0]["instruction"]}]
     assert first["ability"] == "open" and first["data_source"] == "openrubrics_v2"
     assert first["reward_model"] == {"style": "none", "ground_truth": ""}
-    assert first["extra_info"] == {"index": 0, "id": "0", "split": "train", "source": "ultrafeedback"}
+    assert first["extra_info"] == {
+        "index": 0,
+        "id": "0",
+        "split": "train",
+        "source": "ultrafeedback",
+        "user_prompt": ROWS[0]["instruction"],
+    }
 
     trl = read(tmp_path, "train.trl.jsonl")
     assert [t["prompt"] for t in trl] == [r["prompt"] for r in train]

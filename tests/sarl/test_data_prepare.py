@@ -84,6 +84,7 @@ def test_aime_1983_2024_in_verl_and_trl_layouts(tmp_path):
         "year": "1983",
         "problem_number": "1",
         "part": None,  # empty before 2000 (one AIME a year)
+        "user_prompt": first["prompt"][0]["content"],  # what verl's per-sample reward function gets as the prompt
     }
     # normalisation: leading zeros, zero itself, several accepted answers kept for grading
     assert rows["1983-3"]["reward_model"]["ground_truth"] == ["20"]  # written "020" in the fixture
@@ -289,7 +290,8 @@ def test_math_evaluation_sets(tmp_path, name, expected, first_id, first_truth, f
     build(tmp_path, name, "expected_count=3")
     rows = parquet_rows(tmp_path, name, "test")
     first = rows[0]
-    assert first["extra_info"] == {"index": 0, "id": first_id, "split": "test", **first_extra}
+    prompt = first["prompt"][0]["content"]
+    assert first["extra_info"] == {"index": 0, "id": first_id, "split": "test", **first_extra, "user_prompt": prompt}
     assert first["reward_model"] == {"style": "rule", "ground_truth": first_truth}
     assert first["prompt"][0]["content"].endswith(SUFFIX) and first["ability"] == "math"
     assert first["data_source"] == name
@@ -325,6 +327,7 @@ def test_wildbench_v2_keeps_the_conversation_checklist_and_tags(tmp_path):
     assert info["primary_tag"] == "Planning" and info["secondary_tags"] == ["Advice seeking", "Information seeking"]
     assert len(info["checklist"]) == 3 and info["checklist"][0].startswith("Does the plan keep walking")
     assert info["intent"].startswith("The user wants an accessible")
+    assert info["user_prompt"] == conversation[-1]["content"]  # the turn the response answers
     trl = trl_rows(tmp_path, "wildbench_v2", "test")
     assert trl[1]["ground_truth"] is None and trl[1]["extra_info"]["checklist"] == info["checklist"]
 

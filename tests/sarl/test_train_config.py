@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import fake_vllm_python
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
@@ -195,24 +196,6 @@ def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
-FAKE_VLLM = r"""
-import argparse, json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-ap = argparse.ArgumentParser(); ap.add_argument("-m"); ap.add_argument("--port", type=int); ap.add_argument("--host")
-args, _ = ap.parse_known_args()
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        data = [{"index": i, "embedding": [1.0 + len(t), 2.0, 3.0]} for i, t in enumerate(body["input"])]
-        out = json.dumps({"data": data}).encode()
-        self.send_response(200); self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
-print("fake vllm on", args.port, flush=True)
-HTTPServer((args.host, args.port), H).serve_forever()
-"""
 
 
 def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
@@ -224,10 +207,7 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
 
     from sarl.train import embedding_server_for
 
-    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM)
-    fake_python = tmp_path / "python"
-    fake_python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_vllm.py"} "$@"\n')
-    fake_python.chmod(0o755)
+    fake_python = fake_vllm_python(tmp_path)
     cfg, _ = compose_train_config(
         [
             "embedding=vllm_server",
@@ -254,3 +234,31 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
         assert pids
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", sorted(PAPER_ROWS))
+def test_dry_run_works_offline_with_an_empty_model_cache(exp, tmp_path):
+    """No network and nothing in the Hugging Face cache: the backend's config on stdout (YAML), the launch
+    command on stderr, no traceback; with a critic (PPO), one line says the model was not resolved here."""
+    import os
+
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(hf_home)}
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):  # HF_HOME alone says where
+        env.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", f"+exp={exp}", "train.dry_run=true", f"paths.root={tmp_path}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert isinstance(printed, dict) and printed
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    assert list(hf_home.rglob("*")) == []  # nothing fetched, nothing cached
+    unresolved = "critic.model.path=Qwen/Qwen3-4B: not a local directory nor in the Hugging Face cache"
+    assert (unresolved in proc.stderr) == exp.startswith("ppo_")

@@ -8,13 +8,21 @@ or removed key fails here, at composition, not on the cluster.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
+import logging
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sarl.backends.verl.attention import PATCH_MODULE as ATTENTION_PATCH
 from sarl.backends.verl.attention import resolve_attn_implementation
+
+log = logging.getLogger(__name__)
 
 REWARD_FN_PATH = "pkg://sarl.backends.verl.reward"
 REWARD_FN_NAME = "compute_score"
@@ -185,11 +193,72 @@ def _check_votes(reward_cfg: dict, train: DictConfig) -> None:
 
 
 def validate_verl_config(config: DictConfig) -> None:
-    """verl's own checks (`verl.utils.config.validate_config`), with its prints sent to stderr."""
+    """verl's own checks (`verl.utils.config.validate_config`), with its prints sent to stderr.
+
+    With a critic, verl's checks build the critic's `HFModelConfig` (verl 0.9.1 verl/utils/config.py
+    validate_config: `omega_conf_to_dataclass(config.critic)`), which loads the model's config and tokenizer, from
+    the Hub if need be. When the critic's model is neither a local directory nor in the Hugging Face cache, the
+    checks run on a copy whose critic model is a local stand-in (a config.json, no tokenizer), so that a dry run
+    works offline; one line on stderr says that the model was not resolved here."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    with contextlib.redirect_stdout(sys.stderr):
-        validate_config(
-            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
-        )
+    use_critic = need_critic(config)
+    unresolved = unresolved_model_paths(config.critic.model) if use_critic else []
+    with contextlib.ExitStack() as stack:
+        if unresolved:
+            log.warning(
+                "%s: not a local directory nor in the Hugging Face cache (%s); verl's config checks ran with a "
+                "stand-in model config, the model itself was not checked",
+                ", ".join(unresolved),
+                _hf_cache_dir(),
+            )
+            stand_in = stack.enter_context(tempfile.TemporaryDirectory(prefix="sarl-stand-in-model-"))
+            config = _with_stand_in_critic_model(config, stand_in)
+        with contextlib.redirect_stdout(sys.stderr):
+            validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=use_critic)
+
+
+# HFModelConfig's path fields (verl 0.9.1 verl/workers/config/model.py) and a file each must have
+MODEL_PATH_FILES = {"path": "config.json", "hf_config_path": "config.json", "tokenizer_path": "tokenizer_config.json"}
+
+
+def unresolved_model_paths(model: DictConfig) -> list[str]:
+    """`critic.model.<key>=<value>` for each path of a verl model section that is neither a local directory
+    nor a Hub id whose files are in the local Hugging Face cache."""
+    return [
+        f"critic.model.{key}={model[key]}"
+        for key, filename in MODEL_PATH_FILES.items()
+        if model.get(key) and not _available_locally(str(model[key]), filename)
+    ]
+
+
+def _available_locally(path: str, filename: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    if os.path.isdir(path):
+        return True
+    try:
+        return isinstance(try_to_load_from_cache(path, filename), str)
+    except ValueError:  # not a valid Hub id either (huggingface_hub's HFValidationError)
+        return False
+
+
+def _hf_cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _with_stand_in_critic_model(config: DictConfig, folder: str) -> DictConfig:
+    """A copy of `config` whose critic model is `folder`, made a stand-in: a config.json of one architecture
+    (HFModelConfig asserts exactly one) and `load_tokenizer: false`, an HFModelConfig field."""
+    stand_in = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
+    (Path(folder) / "config.json").write_text(json.dumps(stand_in))
+    checked = copy.deepcopy(config)
+    with read_write(checked.critic.model), open_dict(checked.critic.model):
+        checked.critic.model.path = folder
+        checked.critic.model.hf_config_path = None
+        checked.critic.model.tokenizer_path = None
+        checked.critic.model.load_tokenizer = False
+    return checked

@@ -4,7 +4,9 @@ Two paths, both calling the same reward objects:
 
 - `compute_score`: verl's per-sample reward-function interface
   (`reward.custom_reward_function`, verl 0.9: `compute_score(data_source, solution_str,
-  ground_truth, extra_info, **reward_kwargs)`). It is async: the calls that verl's reward
+  ground_truth, extra_info, **reward_kwargs)`). verl hands it no prompt: the prompt is the
+  `user_prompt` that data preparation writes into every row's extra_info
+  (`sarl.interface.USER_PROMPT_KEY`). It is async: the calls that verl's reward
   workers make concurrently are gathered into micro-batches, so the structure reward
   embeds and clusters many responses at once instead of one HTTP round trip each.
 - `reward_dataproto`: the whole generated batch (a verl `DataProto`) at once, keyed by
@@ -25,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import USER_PROMPT_KEY, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,12 @@ def is_group_reward(reward_cfg: dict) -> bool:
     from hydra.utils import get_class
 
     return bool(getattr(get_class(target), "group_reward", False))
+
+
+def needs_prompt(reward: Any) -> bool:
+    """Whether a reward object reads the prompt text (`needs_prompt = True` on its class; MaxFlow's graph
+    starts at the prompt)."""
+    return bool(getattr(reward, "needs_prompt", False))
 
 
 def score_rollouts(reward: Any, batch: RolloutBatch) -> tuple[list[RewardOutput], list[dict[str, float]]]:
@@ -196,7 +204,8 @@ async def compute_score(
     reward: dict | None = None,
     **_: Any,
 ) -> dict[str, float]:
-    """verl's per-sample reward function: score plus every diagnostic of the configured reward."""
+    """verl's per-sample reward function: score plus every diagnostic of the configured reward. The prompt is
+    `extra_info["user_prompt"]`; a reward that needs the prompt fails on a row without it."""
     if reward is None:
         raise ValueError(
             "sarl reward function called without reward kwargs: set "
@@ -206,8 +215,15 @@ async def compute_score(
     loop = asyncio.get_running_loop()
     batcher = _BATCHERS.setdefault((id(obj), id(loop)), MicroBatcher(obj))
     extra = dict(extra_info or {})
+    prompt = extra.get(USER_PROMPT_KEY)
+    if prompt is None and needs_prompt(obj):
+        raise KeyError(
+            f"{type(obj).__name__} needs the prompt, but this row's extra_info has no {USER_PROMPT_KEY!r} "
+            f"(data_source {data_source!r}, extra_info keys {sorted(extra)}): verl passes the reward no prompt, "
+            "so it comes from the data; rebuild the data set with `python -m sarl.data.prepare dataset=NAME`"
+        )
     row = {
-        "prompt": str(extra.get("question", "")),
+        "prompt": "" if prompt is None else str(prompt),
         "response": solution_str,
         "ground_truth": ground_truth,
         "data_source": data_source,
@@ -222,18 +238,24 @@ async def compute_score(
 
 
 def rollout_batch_from_dataproto(data: Any, tokenizer: Any) -> RolloutBatch:
-    """Decoded prompts and responses of a verl `DataProto`, grouped by its `uid` column."""
+    """Decoded responses of a verl `DataProto`, grouped by its `uid` column. A row's prompt is the
+    `user_prompt` of its extra_info (the user message, as `compute_score` gets it), else the decoded prompt
+    tokens (the chat template, without its special tokens)."""
     prompts_t = data.batch["prompts"]
     responses_t = data.batch["responses"]
     prompt_len = prompts_t.shape[-1]
     attn = data.batch["attention_mask"]
     nt = data.non_tensor_batch
     n = len(data)
+    extras = [dict(e) if isinstance(e, dict) else {} for e in nt["extra_info"]] if "extra_info" in nt else None
     prompts, responses = [], []
     for i in range(n):
         p_mask = attn[i, :prompt_len].bool()
         r_len = int(attn[i, prompt_len:].sum())
-        prompts.append(tokenizer.decode(prompts_t[i][p_mask], skip_special_tokens=True))
+        user_prompt = extras[i].get(USER_PROMPT_KEY) if extras else None
+        if user_prompt is None:
+            user_prompt = tokenizer.decode(prompts_t[i][p_mask], skip_special_tokens=True)
+        prompts.append(str(user_prompt))
         responses.append(tokenizer.decode(responses_t[i][:r_len], skip_special_tokens=True))
     if "uid" not in nt:
         raise KeyError("DataProto has no 'uid' column: group rewards need the prompt uid of every rollout")
@@ -246,7 +268,7 @@ def rollout_batch_from_dataproto(data: Any, tokenizer: Any) -> RolloutBatch:
         if reward_model is not None
         else None,
         data_sources=[str(s) for s in nt["data_source"]] if "data_source" in nt else None,
-        extra_info=[dict(e) if isinstance(e, dict) else {} for e in nt["extra_info"]] if "extra_info" in nt else None,
+        extra_info=extras,
     )
 
 

@@ -2,8 +2,10 @@
 from real tokenizer output."""
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
@@ -13,6 +15,8 @@ from sarl.interface import RewardOutput
 from sarl.reward import StructureReward
 
 verl = pytest.importorskip("verl")
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "data"
 
 RESPONSES = [
     "<think>plan it\n\ncalc one\n\ncheck it\n\nplan two\n\ncalc two\n\ncheck two\n\n"
@@ -140,3 +144,78 @@ def test_per_sample_path_through_verls_own_reward_manager(tokenizer, verl_batch)
     keys = {tuple(sorted(r["reward_extra_info"])) for r in results}
     assert len(keys) == 1  # every sample reports the same keys, as verl stacks them
     assert {"score", "sr", "C", "L", "failed"} <= set(next(iter(keys)))
+
+
+def _custom_reward_config(reward_cfg):
+    """The part of verl's trainer config that its reward loop reads for a custom reward function."""
+    return OmegaConf.create(
+        {
+            "reward": {
+                "reward_manager": {"source": "register", "name": "naive"},  # verl 0.9.1's default
+                "custom_reward_function": {
+                    "path": "pkg://sarl.backends.verl.reward",
+                    "name": "compute_score",
+                    "reward_kwargs": {"reward": reward_cfg},
+                },
+            }
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "dataset, source",  # the three prompt styles of the math builder: plain, structured, structured_fixed
+    [
+        ("aime_1983_2024", "aime_1983_2024.csv"),
+        ("aime_1983_2024_structured", "aime_1983_2024.csv"),
+        ("aime25_structured", "aime25.jsonl"),
+    ],
+)
+def test_verls_reward_manager_gives_a_prompt_reward_the_prepared_user_prompt(
+    dataset, source, tmp_path, tokenizer, verl_batch
+):
+    """Rows written by `sarl.data.prepare`, through verl's own reward manager (the one its reward loop loads
+    for reward.custom_reward_function): the reward sees the user message the policy was prompted with."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    import sarl.backends.verl.reward as bridge
+    from sarl.data.prepare import compose_prepare_config, prepare
+
+    prepare(
+        compose_prepare_config(
+            [f"dataset={dataset}", f"paths.root={tmp_path}", f"source.local_file={FIXTURES / source}"]
+            + ["expected_count=null"]
+        )
+    )
+    (parquet,) = (tmp_path / "data" / dataset).glob("*.parquet")
+    rows = pq.read_table(parquet).to_pylist()[:3]
+    user_prompts = [r["prompt"][-1]["content"] for r in rows]
+    data = verl_batch(tokenizer, user_prompts, ["<think>a</think> 1"] * 3, ["u1", "u2", "u3"])
+    for key in ("data_source", "reward_model", "extra_info"):
+        data.non_tensor_batch[key] = np.array([r[key] for r in rows], dtype=object)
+    reward_cfg = {"_target_": "fakes.PromptRecorder", "name": dataset}
+    config = _custom_reward_config(reward_cfg)
+
+    async def run_all():
+        manager = load_reward_manager(config, tokenizer)
+        return await asyncio.gather(*[manager.run_single(data[i : i + 1]) for i in range(len(data))])
+
+    results = asyncio.run(run_all())
+    assert [r["reward_score"] for r in results] == [1.0, 1.0, 1.0]
+    assert sorted(bridge.reward_from_config(reward_cfg).prompts) == sorted(user_prompts)
+    assert all(p.strip() for p in user_prompts)
+
+
+def test_a_prompt_reward_on_a_row_without_the_prepared_prompt_fails_naming_data_preparation():
+    import sarl.backends.verl.reward as bridge
+
+    reward_cfg = {"_target_": "fakes.PromptRecorder", "name": "no-prompt"}
+    with pytest.raises(KeyError, match="user_prompt.*python -m sarl.data.prepare"):
+        asyncio.run(bridge.compute_score("aime", "<think>a</think> 1", ["1"], {"index": 0}, reward=reward_cfg))
+    assert bridge.reward_from_config(reward_cfg).prompts == []
+
+
+def test_group_path_takes_the_prepared_user_prompt_over_the_decoded_template(tokenizer, verl_batch):
+    data = verl_batch(tokenizer, ["q a", "q b"], ["a", "b"], ["u1", "u2"])
+    data.non_tensor_batch["extra_info"] = np.array([{"index": 0, "user_prompt": "What is x?"}, {"index": 1}])
+    batch = rollout_batch_from_dataproto(data, tokenizer)
+    assert batch.prompts == ["What is x?", "q b"]  # the second row has none: its decoded prompt tokens

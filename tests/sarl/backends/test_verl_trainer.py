@@ -198,7 +198,8 @@ def test_entry_point_runs_verls_ppo_with_our_task_runner(tmp_path, tiny_qwen3_di
         entry, "run_ppo", lambda config, task_runner_class: seen.update(config=config, cls=task_runner_class)
     )
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["main", *launch_command(tmp_path)[3:]])  # sarl.train's own arguments
+    args = launch_command(tmp_path, "sarl.backends.verl.main")[3:]  # sarl.train's own arguments
+    monkeypatch.setattr(sys, "argv", ["main", *args])
     entry.main()
     assert seen["cls"] is SarlTaskRunner and seen["config"].trainer.v1.trainer_mode == TRAINER_NAME
     assert seen["config"].actor_rollout_ref.rollout.n == 2

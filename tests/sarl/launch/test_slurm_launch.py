@@ -2,10 +2,16 @@
 multi-node Ray plan, and (slow, as root) real jobs on a local single-node SLURM cluster: the smoke run
 submitted through submitit, and a preempted job that is requeued and resumes."""
 
+import ipaddress
 import json
+import os
 import pickle
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import submitit
@@ -16,9 +22,17 @@ from sarl.launch.slurm import (
     ModuleJob,
     SlurmSettings,
     executor_parameters,
+    head_ip_file,
+    interface_ip,
     job_argv,
+    node_ip_address,
+    publish_head_ip,
+    ray_cli,
+    ray_job_env,
+    ray_head_command,
+    ray_worker_command,
+    read_head_ip,
     settings,
-    task_plan,
     train_argv,
 )
 from sarl.train import compose_train_config, main
@@ -136,19 +150,188 @@ def test_the_job_runs_the_same_overrides_with_the_local_launcher():
     assert train_argv(["x=1"], cfg) == ["x=1", "train.nnodes=4", "train.n_gpus_per_node=4"]
 
 
-def test_multi_node_plan_starts_a_ray_head_and_workers_and_one_driver():
-    s = SlurmSettings(nodes=3, gpus_per_node=8, cpus_per_task=64, ray_port=6380)
-    hosts = ["gpu01", "gpu02", "gpu03"]
-    head = task_plan(0, hosts, s)
-    assert head.runs_driver and head.env == {"RAY_ADDRESS": "gpu01:6380"}
-    assert head.ray[:4] == ["ray", "start", "--head", "--port=6380"]
-    assert "--num-gpus=8" in head.ray and "--num-cpus=64" in head.ray and "--block" not in head.ray
-    workers = [task_plan(r, hosts, s) for r in (1, 2)]
-    for w in workers:
-        assert not w.runs_driver and w.env == {}
-        assert w.ray[:3] == ["ray", "start", "--address=gpu01:6380"] and "--block" in w.ray
-    single = task_plan(0, ["gpu01"], s)
-    assert single.ray is None and single.runs_driver and single.env == {}
+def test_ray_runs_from_the_jobs_interpreter_and_every_node_names_its_ip_address():
+    python = "/work/venv/bin/python"
+    head = ray_head_command(python, 6380, "10.1.0.1", 8, 64)
+    assert head == [
+        python,
+        "-m",
+        "ray.scripts.scripts",  # the job's own Ray, whatever `ray` is on PATH
+        "start",
+        "--head",
+        "--port=6380",
+        "--node-ip-address=10.1.0.1",
+        "--num-gpus=8",
+        "--num-cpus=64",
+        "--block",  # a child this job stops by its process group
+        "--disable-usage-stats",
+    ]
+    worker = ray_worker_command(python, "10.1.0.1", 6380, "10.1.0.2", 8, None)
+    assert worker[:4] == [python, "-m", "ray.scripts.scripts", "start"]
+    assert worker[4:] == ["--address=10.1.0.1:6380", "--node-ip-address=10.1.0.2", "--num-gpus=8", "--block"] + [
+        "--disable-usage-stats"
+    ]
+    # the module exists in the installed Ray and runs as its command line
+    proc = subprocess.run([*ray_cli(sys.executable), "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "version" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_node_ip_address_comes_from_the_interface_or_the_route_to_the_head_and_is_never_loopback():
+    with pytest.raises(RuntimeError, match="loopback.*launcher.ray_interface='lo'"):
+        node_ip_address("gpu01", 6379, "lo")
+    with pytest.raises(RuntimeError, match="the head node's name 'localhost' resolves to a loopback address"):
+        node_ip_address("localhost", 6379, None)
+    with pytest.raises(ValueError, match="launcher.ray_interface='nosuch0': no IPv4 address.*interfaces are .*lo"):
+        interface_ip("nosuch0")
+    assert interface_ip("lo") == "127.0.0.1"
+    for _, name in socket.if_nameindex():
+        try:
+            ip = interface_ip(name)
+        except ValueError:
+            continue
+        if not ipaddress.ip_address(ip).is_loopback:  # a real network here: its address routes to itself
+            assert node_ip_address(ip, 6379, None) == ip == node_ip_address("anything", 6379, name)
+
+
+def test_the_head_publishes_its_address_once_per_start_of_the_job(tmp_path):
+    assert head_ip_file(tmp_path, {}).name == "ray_head_ip.0"
+    path = head_ip_file(tmp_path, {"SLURM_RESTART_COUNT": "2"})  # a requeued job never reads its last run's
+    assert path.name == "ray_head_ip.2"
+    with pytest.raises(TimeoutError, match="did not publish its address in .*ray_head_ip.2"):
+        read_head_ip(path, timeout_s=0.2, poll_s=0.05)
+    publish_head_ip(path, "10.1.0.1")
+    assert read_head_ip(path, timeout_s=1) == "10.1.0.1" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+# Stands in for the job's python: records its arguments (and RAY_ADDRESS, RAY_AUTH_MODE); as `-m
+# ray.scripts.scripts start --head` it records its pid, starts a grandchild in its process group and waits,
+# like `ray start --block`; any other command (a worker's `ray start`, the driver) ends at once.
+FAKE_PYTHON = r"""#!/bin/sh
+echo "$* RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE" >> "$FAKE_DIR/calls"
+case "$*" in
+  *ray.scripts.scripts\ start\ --head*)
+    sleep 600 &
+    echo $$ > "$FAKE_DIR/head.pid"
+    wait ;;
+esac
+"""
+
+
+class FakeJobEnvironment:
+    """submitit.JobEnvironment of one task of a two-node job."""
+
+    def __init__(self, rank, folder):
+        self.job_id, self.global_rank, self.num_tasks = "77", rank, 2
+        self.hostnames = ["gpu01", "gpu02"]
+        self.paths = SimpleNamespace(folder=folder)
+
+
+def _group_alive(pgid):
+    """Whether any process of group `pgid` is alive (a zombie waiting for its parent is not)."""
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+@pytest.fixture
+def fake_python(tmp_path, monkeypatch):
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    return python
+
+
+def test_the_head_node_starts_ray_as_its_child_runs_the_driver_and_stops_ray_by_its_process_group(
+    fake_python, tmp_path, monkeypatch
+):
+    import sarl.launch.slurm as slurm
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    monkeypatch.setattr(submitit, "JobEnvironment", lambda: FakeJobEnvironment(0, folder))
+    monkeypatch.setattr(slurm, "node_ip_address", lambda head, port, interface: "10.1.0.1")
+    seen = {}
+
+    def joined(expected, address, timeout_s, head):  # instead of ray.init: the head is up and published
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "head.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.update(expected=expected, address=address, head=head.pid, published=(folder / "ray_head_ip.0").read_text())
+        seen["pid"] = int((tmp_path / "head.pid").read_text())
+
+    monkeypatch.setattr(slurm, "wait_for_ray_nodes", joined)
+    s = SlurmSettings(nodes=2, gpus_per_node=8, cpus_per_task=64, ray_port=6380)
+    job = ModuleJob("sarl.train", ["+exp=smoke", "launcher=local"], str(tmp_path), s, str(fake_python))
+    assert job() == 0
+    assert seen["expected"] == 2 and seen["address"] == "10.1.0.1:6380" and seen["published"] == "10.1.0.1"
+    assert seen["pid"] == seen["head"]  # the Ray head is this job's own child, the leader of its group
+    head_call, driver_call = (tmp_path / "calls").read_text().splitlines()
+    assert head_call.startswith("-m ray.scripts.scripts start --head --port=6380 --node-ip-address=10.1.0.1 ")
+    assert "--block" in head_call and head_call.endswith(" RAY_ADDRESS= RAY_AUTH_MODE=disabled")
+    assert driver_call == "-m sarl.train +exp=smoke launcher=local RAY_ADDRESS=10.1.0.1:6380 RAY_AUTH_MODE=disabled"
+    assert not _group_alive(seen["pid"])  # the head and the process it started, stopped by their group
+    assert not (folder / "ray_head_ip.0").exists()
+
+
+def test_a_worker_node_joins_the_published_head_address_with_its_own(fake_python, tmp_path, monkeypatch):
+    import sarl.launch.slurm as slurm
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    publish_head_ip(folder / "ray_head_ip.0", "10.1.0.1")
+    monkeypatch.setattr(submitit, "JobEnvironment", lambda: FakeJobEnvironment(1, folder))
+    routes = []
+    monkeypatch.setattr(slurm, "node_ip_address", lambda head, port, interface: routes.append(head) or "10.1.0.2")
+    s = SlurmSettings(nodes=2, gpus_per_node=8, ray_port=6380, ray_interface=None)
+    assert ModuleJob("sarl.train", [], str(tmp_path), s, str(fake_python))() == 0
+    assert routes == ["10.1.0.1"]  # its own address: the interface that routes to the head's
+    (call,) = (tmp_path / "calls").read_text().splitlines()
+    assert call == (
+        "-m ray.scripts.scripts start --address=10.1.0.1:6380 --node-ip-address=10.1.0.2 --num-gpus=8 --block "
+        "--disable-usage-stats RAY_ADDRESS= RAY_AUTH_MODE=disabled"
+    )
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the user's choice is every node's
+    assert ray_job_env(os.environ)["RAY_AUTH_MODE"] == "token"
+
+
+@pytest.mark.slow
+def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process_group(tmp_path, monkeypatch):
+    """The job's head command with the installed Ray, joined as the job joins it (wait_for_ray_nodes), with a
+    token file in HOME as any earlier local `ray.init()` leaves one: the head and its clients agree on the
+    authentication mode. Stopping the head's process group leaves no Ray process of it behind."""
+    from sarl.launch.local_slurm import free_port
+    from sarl.launch.slurm import stop_process_group, wait_for_ray_nodes
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    port = free_port()
+    cmd = ray_head_command(sys.executable, port, "127.0.0.1", 0, 1)
+    with (tmp_path / "head.log").open("wb") as out:
+        head = subprocess.Popen(
+            cmd, env=ray_job_env(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_for_ray_nodes(1, f"127.0.0.1:{port}", 240, head)
+        assert head.poll() is None
+    finally:
+        stop_process_group(head, grace_s=60)
+    deadline = time.monotonic() + 30
+    while _group_alive(head.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _group_alive(head.pid), (tmp_path / "head.log").read_text()[-3000:]
 
 
 def test_checkpoint_requeues_the_same_job_and_pickles_without_its_process(tmp_path):
@@ -158,6 +341,17 @@ def test_checkpoint_requeues_the_same_job_and_pickles_without_its_process(tmp_pa
     again = pickle.loads(pickle.dumps(delayed))
     assert again.function.command() == ["/usr/bin/python3", "-m", "sarl.train", "+exp=smoke", "launcher=local"]
     assert again.function._proc is None
+
+
+@pytest.mark.parametrize("code", ["os.kill(os.getpid(), signal.SIGTERM)", "sys.exit(128 + signal.SIGTERM)"])
+def test_a_run_ended_by_sigterm_waits_for_slurms_next_signal(code, tmp_path, capsys):
+    """Killed by SIGTERM, or stopped on it and exiting 143 as sarl.train does (sarl.signals): the job waits for
+    submitit's USR2 (checkpoint and requeue) instead of failing at once."""
+    (tmp_path / "terminated_run.py").write_text(f"import os, signal, sys\n{code}\n")
+    job = ModuleJob("terminated_run", [], str(tmp_path), SlurmSettings(signal_delay_s=0), sys.executable)
+    with pytest.raises(RuntimeError, match="exited with"):
+        job._run_driver({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert "the run was terminated (SIGTERM); waiting for SLURM's next signal" in capsys.readouterr().out
 
 
 # -- a real SLURM cluster --------------------------------------------------------------------

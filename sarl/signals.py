@@ -1,0 +1,55 @@
+"""Termination signals as an exception, so that a terminated run cleans up like a failed one.
+
+The default action of SIGTERM and SIGHUP ends the process at once: no `finally`, no `__exit__`, so the
+children a run started in their own sessions (verl, the embedding server) would keep running. Inside
+`signals_as_exceptions()` the first such signal raises `Terminated` in the main thread instead; every
+context manager and `except BaseException` on the way out then stops its child by its process group.
+A second signal while that clean-up runs is logged and otherwise ignored, so the clean-up finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from types import FrameType
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(BaseException):
+    """A termination signal arrived. A BaseException (like KeyboardInterrupt), so that `except Exception`
+    does not swallow it; `exit_code` is the shell's convention for a process ended by that signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"received {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def signals_as_exceptions(signums: tuple[int, ...] = TERMINATING_SIGNALS) -> Iterator[None]:
+    """Within the block, the first of `signums` raises `Terminated`; the previous handlers come back after
+    it. Call from the main thread (Python runs signal handlers there only)."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if received:
+            log.warning(
+                "%s while stopping after %s: still stopping",
+                signal.Signals(signum).name,
+                signal.Signals(received[0]).name,
+            )
+            return
+        received.append(signum)
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
