@@ -102,14 +102,17 @@ def test_sigterm_to_train_stops_verl_and_the_embedding_server_and_exits_143(tmp_
     (modules / "fake_verl_entry.py").write_text(FAKE_VERL)
     data = tmp_path / "data"
     data.mkdir()
-    for name in ("train", "val"):  # sarl.train checks that they exist; the stand-in never reads them
-        (data / f"{name}.parquet").write_bytes(b"")
+    import pandas as pd
+
+    for name in ("train", "val"):  # sarl.train checks that they are parquet; the stand-in never reads them
+        pd.DataFrame({"prompt": ["q"]}).to_parquet(data / f"{name}.parquet")
     args = [
         "+exp=grpo_sarl_math",
         f"paths.root={tmp_path}",
         f"model.path={tiny_qwen3_dir}",
         f"data.train_files={data / 'train.parquet'}",
         f"data.val_files={data / 'val.parquet'}",
+        "data.expected_count=null",
         "logger=none",
         "embedding.url=auto",
         f"embedding_server.python={fake_vllm_python(tmp_path)}",
