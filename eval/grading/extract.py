@@ -9,49 +9,65 @@ from typing import Sequence
 from sarl.steps import THINK_CLOSE, THINK_OPEN
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (\{, \}, \\) or a grouping brace
+_BLANKS = re.compile(r"[ \t]*")
+_REST_OF_LINE = re.compile(r"[^$\n]*")
 
 
 def extract_answer(text: str) -> str | None:
     """The final answer: the content of the last well-formed, non-empty `\\boxed{...}` (nested braces
     matched), `\\boxed ...` (up to `$` or the end of the line) or `\\fbox{...}` after the last `</think>`;
-    None if there is none (or `text` is not a string)."""
+    None if there is none (or `text` is not a string).
+
+    Linear in the length of `text`: the braces are matched in one pass, so a truncated generation with
+    thousands of unclosed `\\boxed{` costs no more than reading it once.
+    """
     if not isinstance(text, str):
         return None
     cut = text.rfind(THINK_CLOSE)
     if cut >= 0:
         text = text[cut + len(THINK_CLOSE) :]
-    for match in reversed(list(_BOX_COMMAND.finditer(text))):
-        content = _box_content(text, match.end())
+    starts = [m.end() for m in _BOX_COMMAND.finditer(text)]
+    if not starts:
+        return None
+    closing = _matching_braces(text, starts[0])
+    for start in reversed(starts):
+        content = _box_content(text, start, closing)
         if content:
             return content
     return None
 
 
-def _box_content(text: str, start: int) -> str | None:
+def _matching_braces(text: str, start: int) -> dict[int, int]:
+    """Position of every `{` from `start` on -> position of its matching `}` (an unclosed `{` is absent).
+
+    `\\{` and `\\}` are literal braces, not grouping. Every `{` that follows a command name is reached at a
+    token boundary (the character before it is a letter or a blank, never a backslash), so one pass from the
+    first command matches each argument exactly as scanning from that argument alone would.
+    """
+    closing: dict[int, int] = {}
+    opened: list[int] = []
+    for token in _BRACE_TOKEN.finditer(text, start):
+        ch = token.group()
+        if ch == "{":
+            opened.append(token.start())
+        elif ch == "}" and opened:
+            closing[opened.pop()] = token.start()
+    return closing
+
+
+def _box_content(text: str, start: int, closing: dict[int, int]) -> str | None:
     """Argument of a `\\boxed`/`\\fbox` command whose name ends at `start`, or None if malformed."""
     if text[start : start + 1].isalpha():  # \boxedx, \fboxsep: another command
         return None
-    j = start
-    while j < len(text) and text[j] in " \t":
-        j += 1
+    j = _BLANKS.match(text, start).end()
     if text[j : j + 1] == "{":
-        depth = 0
-        k = j
-        while k < len(text):
-            ch = text[k]
-            if ch == "\\":  # \{ and \} are literal braces, not grouping
-                k += 2
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[j + 1 : k].strip() or None
-            k += 1
-        return None  # unbalanced: truncated generation
+        k = closing.get(j)
+        if k is None:  # unbalanced: truncated generation
+            return None
+        return text[j + 1 : k].strip() or None
     if j > start:  # "\boxed 5": the argument runs to "$" or the end of the line
-        return re.match(r"[^$\n]*", text[j:]).group(0).strip() or None
+        return _REST_OF_LINE.match(text, j).group(0).strip() or None
     return None
 
 
