@@ -398,10 +398,11 @@ def score_benchmarks(
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """Per-benchmark summaries (math, wildbench) and one row per problem."""
-    from eval.grading import Grader, extract_answer, is_equivalent, strip_thinking
+    from eval.grading import Grader, extract_answer, is_equivalent
     from eval.results import summarise_math, summarise_overall
 
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
+    unclosed = bool(cfg.grading.answer_in_unclosed_think)  # the training rewards' switch of the same name
     math_out: dict[str, Any] = {}
     wb_out: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -424,7 +425,7 @@ def score_benchmarks(
                         )
                     text = "" if rec is None else rec["text"]
                     if b.kind == "math":
-                        answer = extract_answer(strip_thinking(text))
+                        answer = extract_answer(text, answer_in_unclosed_think=unclosed)
                         s["answer"] = answer
                         s["correct"] = answer is not None and any(
                             is_equivalent(answer, g, grader=grader) for g in p.gold

@@ -1,5 +1,14 @@
-"""The final answer of a response: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`) after the thinking
-part (`extract_answer`), and the final answer part itself (`strip_thinking`)."""
+"""The final answer of a response, one rule for the training rewards and the evaluation.
+
+- `strip_thinking`: the final answer part: the text after the last `</think>`; nothing when a `<think>`
+  never closes (the generation was cut off while thinking); the whole text when there is no think tag.
+- `extract_answer`: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`) of that part.
+
+`answer_in_unclosed_think=True` is the other reading, for a method that takes the last box of an unfinished
+thinking as its answer: the whole text then counts when `<think>` never closes. The rewards take it as a
+constructor argument (conf/reward/*.yaml) and the evaluation as `grading.answer_in_unclosed_think`
+(conf/eval.yaml); both default to the rule above (docs/grading.md).
+"""
 
 from __future__ import annotations
 
@@ -14,19 +23,17 @@ _BLANKS = re.compile(r"[ \t]*")
 _REST_OF_LINE = re.compile(r"[^$\n]*")
 
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str | None:
     """The final answer: the content of the last well-formed, non-empty `\\boxed{...}` (nested braces
-    matched), `\\boxed ...` (up to `$` or the end of the line) or `\\fbox{...}` after the last `</think>`;
-    None if there is none (or `text` is not a string).
+    matched), `\\boxed ...` (up to `$` or the end of the line) or `\\fbox{...}` in the final answer part
+    (`strip_thinking`); None if there is none (or `text` is not a string).
 
     Linear in the length of `text`: the braces are matched in one pass, so a truncated generation with
     thousands of unclosed `\\boxed{` costs no more than reading it once.
     """
     if not isinstance(text, str):
         return None
-    cut = text.rfind(THINK_CLOSE)
-    if cut >= 0:
-        text = text[cut + len(THINK_CLOSE) :]
+    text = strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think)
     starts = [m.end() for m in _BOX_COMMAND.finditer(text)]
     if not starts:
         return None
@@ -71,25 +78,32 @@ def _box_content(text: str, start: int, closing: dict[int, int]) -> str | None:
     return None
 
 
-def extract_answers(responses: Sequence[object]) -> tuple[list[str | None], dict[int, str]]:
+def extract_answers(
+    responses: Sequence[object], *, answer_in_unclosed_think: bool = False
+) -> tuple[list[str | None], dict[int, str]]:
     """`extract_answer` of every response, and row -> reason for responses that are not text."""
     failed = {
         i: f"unusable response: a {type(r).__name__}, not a str"
         for i, r in enumerate(responses)
         if not isinstance(r, str)
     }
-    return [None if i in failed else extract_answer(r) for i, r in enumerate(responses)], failed
+    answers = [
+        None if i in failed else extract_answer(r, answer_in_unclosed_think=answer_in_unclosed_think)
+        for i, r in enumerate(responses)
+    ]
+    return answers, failed
 
 
-def strip_thinking(text: str) -> str:
-    """The final answer part of a response (SPEC 3: answers are graded after stripping the thinking part):
-    the text after the last `</think>`; "" when a `<think>` block never closes (generation truncated while
-    thinking: there is no final answer); the whole text when there is no think tag at all."""
+def strip_thinking(text: str, *, answer_in_unclosed_think: bool = False) -> str:
+    """The final answer part of a response (answers are graded after stripping the thinking part): the text
+    after the last `</think>` (also when the chat template put `<think>` in the prompt); "" when a `<think>`
+    never closes (generation truncated while thinking: there is no final answer), or the whole text with
+    `answer_in_unclosed_think`; the whole text when there is no think tag at all. "" for a non-string."""
     if not isinstance(text, str):
         return ""
     cut = text.rfind(THINK_CLOSE)
     if cut >= 0:
         return text[cut + len(THINK_CLOSE) :].strip()
-    if THINK_OPEN in text:
+    if THINK_OPEN in text and not answer_in_unclosed_think:
         return ""
     return text.strip()

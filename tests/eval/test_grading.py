@@ -79,7 +79,10 @@ def _reference_extract(text):
     return None
 
 
-PIECES = ["\\boxed", "\\fbox", "\\boxedx", "{", "}", "\\{", "\\}", "\\\\", "\\", " ", "\t", "\n", "$", "1", "x", "</think>"]
+PIECES = (  # commands, braces, escapes, blanks, delimiters, an answer, the end of thinking
+    ["\\boxed", "\\fbox", "\\boxedx", "{", "}", "\\{", "\\}", "\\\\", "\\"]
+    + [" ", "\t", "\n", "$", "1", "x", "</think>"]
+)
 
 
 @settings(max_examples=400, deadline=None)
