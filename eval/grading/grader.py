@@ -34,15 +34,16 @@ _WORKER_FILE = Path(__file__).resolve().with_name("worker.py")  # loaded by path
 # Normalisation and the fast path
 # ---------------------------------------------------------------------------------------------------------
 
-_THIN_SPACES = re.compile(r"\\[,;:!]")
+_THIN_SPACES = re.compile(r"\\[,;:]")  # not \! : math-verify reads "32,\! 349" as 32349 by it
 _WHITESPACE = re.compile(r"\s+")
 _INTEGER = re.compile(r"([+-]?)(\d+)")
 
 
 def _normalise(answer: str) -> str:
-    """Cosmetic normalisation: outer `$`, thin spaces, runs of whitespace, `\\dfrac`/`\\tfrac`, one final `.`."""
+    """Cosmetic normalisation: outer `$` (when they enclose the whole answer, not `$1$ and $2$`), thin spaces
+    `\\,` `\\;` `\\:`, runs of whitespace, `\\dfrac`/`\\tfrac`, one final `.`."""
     s = answer.strip()
-    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$" and "$" not in s.strip("$"):
         s = s.strip("$").strip()
     s = _THIN_SPACES.sub("", s)
     s = _WHITESPACE.sub(" ", s).strip()

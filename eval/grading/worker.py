@@ -14,12 +14,15 @@ from typing import Any
 _WORKER_PARSE_CACHE = 4096
 
 _TEXT_NUMBER = re.compile(r"\\(?:text|mbox|textbf|textrm|mathrm)\{\s*([+-]?\d[\d,.]*)\s*([^{}]*)\}")
-_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*\\?%\s*\})$")
+# a trailing percent sign, or the words math-verify reads as one ("28 percent", "28 pct", "\text{percentage}")
+_PERCENT_WORD = r"percentage|percent|pct"
+_TRAILING_PERCENT = re.compile(rf"\s*(?:\\?%|\\text\{{\s*(?:\\?%|{_PERCENT_WORD})\s*\}}|\b(?:{_PERCENT_WORD})\b)$")
 
 
 def _latex_friendly(text: str) -> str:
     """Rewrites that math-verify's LaTeX parser needs: `\\text{5 cm}` -> `5\\text{ cm}` (its unit handling
-    applies), `\\text{5}` -> `5`, a trailing percent sign dropped ("50\\%" = 50), `°` -> `^{\\circ}`."""
+    applies), `\\text{5}` -> `5`, a trailing percent sign or word dropped ("50\\%" = "50 percent" = 50),
+    `°` -> `^{\\circ}`."""
 
     def repl(m: re.Match) -> str:
         unit = m.group(2).strip()

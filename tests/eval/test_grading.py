@@ -142,6 +142,15 @@ def test_extract_answer_is_linear_on_pathological_text(text, answer, monkeypatch
         ("1+x^2", "x^2+1"),
         ("1,000", "1000"),
         ("\\{2, 1\\}", "\\{1, 2\\}"),
+        ("28 percent", "$28\\%$"),  # math-verify reads the words as \%, the gold's \% is dropped: both go
+        ("28 pct", "$28\\%$"),
+        ("28 percentage", "28"),
+        ("28\\text{ percent}", "28\\%"),
+        ("32,\\! 349", "32349"),  # \! and a blank after a comma: math-verify's thousands separator
+        ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
+        ("32349", "$32,\\! 349$"),
+        ("1,2,3", "$1$ and $2$ and $3$"),  # not stripped to "1$ and $2$ and $3"
+        ("\\{1, 2, 3\\}", "$1$ and $2$ and $3$"),
     ],
 )
 def test_equivalent_answers(pred, gold, grader):
@@ -151,7 +160,10 @@ def test_equivalent_answers(pred, gold, grader):
 
 @pytest.mark.parametrize(
     "pred, gold",
-    [("2", "3"), ("17", "016"), ("B", "A"), ("(1,2)", "(2,1)"), ("0.5", "50\\%"), ("", "5"), ("5", "")],
+    [
+        *[("2", "3"), ("17", "016"), ("B", "A"), ("(1,2)", "(2,1)"), ("0.5", "50\\%"), ("", "5"), ("5", "")],
+        *[("27 percent", "$28\\%$"), ("32,\\! 348", "32349"), ("1,2", "$1$ and $2$ and $3$"), ("percent", "28")],
+    ],
 )
 def test_different_answers(pred, gold, grader):
     assert not grader.check(pred, gold).ok
