@@ -11,7 +11,8 @@
 math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
 with math-verify's timeouts disabled inside a persistent worker process (`eval.grading.grader`,
 `eval.grading.worker`); a check that does not answer within `timeout_s` kills the worker, which is replaced
-on the next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`.
+on the next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`;
+an answer beyond `MAX_ANSWER_CHARS` or `MAX_BRACE_DEPTH` never reaches the worker (`stats()["rejected"]`).
 Model text is only ever handed to math-verify's parser, never to Python's `eval`.
 """
 
@@ -19,6 +20,8 @@ from eval.grading.extract import extract_answer, extract_answers, strip_thinking
 from eval.grading.gold import gold_answers, validate_gold, validate_gold_rows
 from eval.grading.grader import (
     DEFAULT_TIMEOUT_S,
+    MAX_ANSWER_CHARS,
+    MAX_BRACE_DEPTH,
     Grader,
     Verdict,
     configure,
@@ -31,6 +34,8 @@ from eval.grading.scores import avg_at_k
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_ANSWER_CHARS",
+    "MAX_BRACE_DEPTH",
     "Grader",
     "Verdict",
     "avg_at_k",

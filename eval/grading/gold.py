@@ -32,7 +32,11 @@ def validate_gold(gold: Any, *, grader: Grader | None = None) -> list[str]:
     for answer in answers:
         verdict = grader.parses(answer)
         if not verdict.ok:
-            why = "math-verify timed out on it" if verdict.timed_out else "math-verify extracts nothing from it"
+            why = "math-verify extracts nothing from it"
+            if verdict.timed_out:
+                why = "math-verify timed out on it"
+            elif verdict.rejected:
+                why = "it is beyond the grading size limits, docs/grading.md"
             raise ValueError(f"gold answer {answer!r} does not parse ({why}); fix or drop it when preparing the data")
     return answers
 

@@ -28,6 +28,11 @@ from typing import Any, Mapping, Sequence
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
+# Answers beyond these never reach math-verify (rejected as "not equivalent", counted in stats()["rejected"]).
+# The gold answers of AIME 2024/2025, AMC 2023, MATH-500, Minerva Math and OlympiadBench are at most 210
+# characters long and nest braces at most 3 deep (docs/grading.md).
+MAX_ANSWER_CHARS = 1000
+MAX_BRACE_DEPTH = 12
 _WORKER_FILE = Path(__file__).resolve().with_name("worker.py")  # loaded by path: no package import there
 
 # ---------------------------------------------------------------------------------------------------------
@@ -37,6 +42,7 @@ _WORKER_FILE = Path(__file__).resolve().with_name("worker.py")  # loaded by path
 _THIN_SPACES = re.compile(r"\\[,;:]")  # not \! : math-verify reads "32,\! 349" as 32349 by it
 _WHITESPACE = re.compile(r"\s+")
 _INTEGER = re.compile(r"([+-]?)(\d+)")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (\{, \}, \\) or a grouping brace
 
 
 def _normalise(answer: str) -> str:
@@ -51,6 +57,18 @@ def _normalise(answer: str) -> str:
     if s.endswith(".") and not s.endswith(".."):
         s = s[:-1].rstrip()
     return s
+
+
+def _brace_depth(s: str) -> int:
+    """The deepest nesting of grouping braces in `s` (`\\{` and `\\}` are literal; a stray `}` is ignored)."""
+    depth = deepest = 0
+    for token in _BRACE_TOKEN.finditer(s):
+        if token.group() == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.group() == "}" and depth:
+            depth -= 1
+    return deepest
 
 
 def _canonical_integer(s: str) -> str | None:
@@ -69,10 +87,12 @@ def _canonical_integer(s: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of one check: `ok` (equivalent / parses) and whether it timed out (then `ok` is False)."""
+    """Outcome of one check: `ok` (equivalent / parses), whether it timed out and whether an answer was
+    rejected for its size before math-verify saw it (in both cases `ok` is False)."""
 
     ok: bool
     timed_out: bool = False
+    rejected: bool = False
 
 
 class Grader:
@@ -80,15 +100,23 @@ class Grader:
 
     Thread-safe: checks from several threads are serialised on one worker. After a fork, the child starts
     its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts,
-    worker errors and worker starts.
+    worker errors, worker starts and answers rejected for their size (`rejected`: longer than
+    `max_answer_chars` or braces nested deeper than `max_brace_depth`, after normalisation).
     """
 
     def __init__(
-        self, timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16, startup_timeout_s: float = 120.0
+        self,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        cache_size: int = 1 << 16,
+        startup_timeout_s: float = 120.0,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        max_brace_depth: int = MAX_BRACE_DEPTH,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = float(timeout_s)
+        self.max_answer_chars = int(max_answer_chars)
+        self.max_brace_depth = int(max_brace_depth)
         self.cache_size = int(cache_size)
         self.startup_timeout_s = float(startup_timeout_s)
         self.counts: Counter[str] = Counter()
@@ -113,6 +141,8 @@ class Grader:
             if not p or not g:
                 self.counts["fast_path"] += 1
                 return Verdict(False)
+            if self._rejected(p) or self._rejected(g):
+                return Verdict(False, rejected=True)
             pi, gi = _canonical_integer(p), _canonical_integer(g)
             if pi is not None and gi is not None:
                 self.counts["fast_path"] += 1
@@ -127,6 +157,8 @@ class Grader:
         s = _normalise(str(answer))
         if not s:
             return Verdict(False)
+        if self._rejected(s):
+            return Verdict(False, rejected=True)
         return self._cached(("parses", s, ""), {"op": "parses", "text": s})
 
     def classes(self, answers: Sequence[str | None]) -> tuple[list[int | None], list[str]]:
@@ -164,7 +196,21 @@ class Grader:
         with self._lock:
             self._kill()
 
-    # -- cache and worker --------------------------------------------------------------------------------
+    # -- size limits, cache and worker -------------------------------------------------------------------
+
+    def _rejected(self, answer: str) -> bool:
+        """Is `answer` beyond the size limits? Counted and logged; the length is checked first, so the depth
+        scan reads at most `max_answer_chars` characters."""
+        if len(answer) > self.max_answer_chars:
+            why = f"{len(answer)} characters (limit {self.max_answer_chars})"
+        elif (depth := _brace_depth(answer)) > self.max_brace_depth:
+            why = f"braces nested {depth} deep (limit {self.max_brace_depth})"
+        else:
+            return False
+        self.counts["rejected"] += 1
+        log.warning("answer rejected before math-verify: %s: %r; counted as not equivalent", why, answer[:200])
+        return True
+
 
     def _cached(self, key: tuple[str, str, str], payload: dict[str, str]) -> Verdict:
         with self._lock:
@@ -331,5 +377,5 @@ def equivalence_classes(answers: list[str | None], *, grader: Grader | None = No
 
 
 def stats() -> dict[str, int]:
-    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, ..."""
+    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, rejected, ..."""
     return default_grader().stats()

@@ -297,3 +297,56 @@ def test_validate_gold_rows_reports_every_bad_row(grader):
     assert message.startswith("3 of 5 rows")
     assert all(f"\n  {row_id}:" in message for row_id in "bcd") and "\n  a:" not in message
     assert validate_gold_rows([rows[0], rows[4]], grader=grader) == [["12"], ["1", "2"]]
+
+
+# The longest gold answer of the evaluation benchmarks (Minerva Math, 210 characters, braces 3 deep).
+LONGEST_GOLD = (
+    "\\omega_{n}^{2} e^{-\\zeta \\omega_{n} t} \\cos \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)-\\frac{\\zeta "
+    "\\omega_{n}^{2}}{\\sqrt{1-\\zeta^{2}}} e^{-\\zeta \\omega_{n} t} \\sin \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
+)
+OVERSIZED = [
+    "1+" * 50_000 + "1",  # 100 KB
+    "9" * (grading.MAX_ANSWER_CHARS + 1) + "x",
+    "{" * (grading.MAX_BRACE_DEPTH + 1) + "1" + "}" * (grading.MAX_BRACE_DEPTH + 1),
+    "\\frac{1}{" * 5_000 + "2" + "}" * 5_000,  # both limits
+    "{" * 100_000,  # unbalanced
+]
+
+
+def test_oversized_answers_are_rejected_before_math_verify():
+    """Beyond MAX_ANSWER_CHARS characters or MAX_BRACE_DEPTH nested braces, as prediction or gold: not
+    equivalent, counted under `rejected`, each in well under 50 ms, and the worker is never started."""
+    g = Grader(timeout_s=5.0)
+    try:
+        start = time.perf_counter()
+        verdicts = [g.check(a, "5") for a in OVERSIZED] + [g.check("5", a) for a in OVERSIZED]
+        verdicts += [g.parses(a) for a in OVERSIZED]
+        elapsed = time.perf_counter() - start
+        assert verdicts == [grading.Verdict(False, rejected=True)] * (3 * len(OVERSIZED))
+        assert elapsed < 0.05 * len(verdicts)
+        stats = g.stats()
+        assert stats["rejected"] == 3 * len(OVERSIZED)
+        assert stats.get("worker_starts", 0) == 0 and stats.get("worker_calls", 0) == 0
+        labels, _ = g.classes([OVERSIZED[0], OVERSIZED[0], None])
+        assert labels == [0, 0, None] and g.stats().get("worker_calls", 0) == 0  # its own class, unchecked
+        with pytest.raises(ValueError, match="beyond the grading size limits"):
+            validate_gold(OVERSIZED[1], grader=g)
+    finally:
+        g.close()
+
+
+def test_the_size_limits_spare_real_answers(grader):
+    """The limits' edges, and the longest real gold answer, still go to math-verify."""
+    before = grader.stats().get("rejected", 0)
+    at_length = "+".join(["x"] * 499) + "+xy"
+    assert len(at_length) == grading.MAX_ANSWER_CHARS
+    depth = grading.MAX_BRACE_DEPTH  # 1/(1/(...1/2)): braces `depth` deep, 2 when even, 1/2 when odd
+    at_depth = "\\frac{1}{" * (depth - 1) + "\\frac{1}{2}" + "}" * (depth - 1)
+    calls = grader.stats().get("worker_calls", 0)
+    assert grader.check(at_length, "499x+xy") == grading.Verdict(True)
+    assert grader.check(at_depth, "2" if depth % 2 == 0 else "\\frac{1}{2}") == grading.Verdict(True)
+    assert grader.stats()["worker_calls"] == calls + 2
+    assert grader.check(LONGEST_GOLD.replace("\\left(", "(").replace("\\right)", ")"), LONGEST_GOLD).ok
+    assert grader.parses(LONGEST_GOLD).ok
+    assert grader.check("\\frac{1}{" + at_depth + "}", "1").rejected  # one level deeper
+    assert grader.stats()["rejected"] == before + 1  # that one only
