@@ -57,12 +57,6 @@ class GroundTruthReward:
         answer = extract_answer(response, answer_in_unclosed_think=self.answer_in_unclosed_think)
         if answer is None:
             return RewardOutput(0.0, {"acc": 0.0, "no_answer": 1.0, "grader_timeout": 0.0})
-        correct, timed_out = False, False
-        for g in accepted:
-            verdict = grader.check(answer, g)  # verify(gold, pred), gold first (SPEC 2)
-            timed_out |= verdict.timed_out
-            if verdict.ok:
-                correct = True
-                break
-        diagnostics = {"acc": float(correct), "no_answer": 0.0, "grader_timeout": float(timed_out)}
-        return RewardOutput(float(correct), diagnostics)
+        verdict = grader.check_any(answer, accepted)  # verify(gold, pred), gold first (SPEC 2)
+        diagnostics = {"acc": float(verdict.ok), "no_answer": 0.0, "grader_timeout": float(verdict.timed_out)}
+        return RewardOutput(float(verdict.ok), diagnostics)

@@ -398,7 +398,7 @@ def score_benchmarks(
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """Per-benchmark summaries (math, wildbench) and one row per problem."""
-    from eval.grading import Grader, extract_answer, is_equivalent
+    from eval.grading import Grader, extract_answer
     from eval.results import summarise_math, summarise_overall
 
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
@@ -427,9 +427,10 @@ def score_benchmarks(
                     if b.kind == "math":
                         answer = extract_answer(text, answer_in_unclosed_think=unclosed)
                         s["answer"] = answer
-                        s["correct"] = answer is not None and any(
-                            is_equivalent(answer, g, grader=grader) for g in p.gold
-                        )
+                        verdict = grader.check_any(answer, p.gold) if answer is not None else None
+                        s["correct"] = verdict is not None and verdict.ok
+                        # a math-verify timeout counts as incorrect: marked here, counted per benchmark
+                        s["grader_timeout"] = verdict is not None and verdict.timed_out
                     else:
                         j = judgements.get(key, {"score": None, "failed": "not judged"})
                         s.update(judge_score=j["score"], judge_failed=j["failed"], empty=bool(j.get("empty")))

@@ -87,8 +87,9 @@ def _canonical_integer(s: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of one check: `ok` (equivalent / parses), whether it timed out and whether an answer was
-    rejected for its size before math-verify saw it (in both cases `ok` is False)."""
+    """Outcome of a check: `ok` (equivalent / parses), whether it timed out and whether an answer was
+    rejected for its size before math-verify saw it (either makes one check's `ok` False; `check_any`
+    reports them for the checks before the gold that matched)."""
 
     ok: bool
     timed_out: bool = False
@@ -151,6 +152,18 @@ class Grader:
                 self.counts["fast_path"] += 1
                 return Verdict(True)
             return self._cached(("verify", g, p), {"op": "verify", "gold": g, "pred": p})
+
+    def check_any(self, pred: str, golds: Sequence[str]) -> Verdict:
+        """`check` against each accepted gold answer until one matches: `ok` if one does; `timed_out` /
+        `rejected` if a check on the way timed out / was rejected (each counted as not equivalent)."""
+        timed_out = rejected = False
+        for gold in golds:
+            verdict = self.check(pred, gold)
+            timed_out |= verdict.timed_out
+            rejected |= verdict.rejected
+            if verdict.ok:
+                return Verdict(True, timed_out, rejected)
+        return Verdict(False, timed_out, rejected)
 
     def parses(self, answer: str) -> Verdict:
         """Does math-verify turn `answer` (wrapped in `\\boxed{}` or `$...$` as needed) into a sympy object?"""

@@ -301,8 +301,9 @@ def test_validate_gold_rows_reports_every_bad_row(grader):
 
 # The longest gold answer of the evaluation benchmarks (Minerva Math, 210 characters, braces 3 deep).
 LONGEST_GOLD = (
-    "\\omega_{n}^{2} e^{-\\zeta \\omega_{n} t} \\cos \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)-\\frac{\\zeta "
-    "\\omega_{n}^{2}}{\\sqrt{1-\\zeta^{2}}} e^{-\\zeta \\omega_{n} t} \\sin \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
+    "\\omega_{n}^{2} e^{-\\zeta \\omega_{n} t} \\cos \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
+    "-\\frac{\\zeta \\omega_{n}^{2}}{\\sqrt{1-\\zeta^{2}}} e^{-\\zeta \\omega_{n} t} "
+    "\\sin \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
 )
 OVERSIZED = [
     "1+" * 50_000 + "1",  # 100 KB
@@ -337,6 +338,7 @@ def test_oversized_answers_are_rejected_before_math_verify():
 
 def test_the_size_limits_spare_real_answers(grader):
     """The limits' edges, and the longest real gold answer, still go to math-verify."""
+    assert len(LONGEST_GOLD) == 210
     before = grader.stats().get("rejected", 0)
     at_length = "+".join(["x"] * 499) + "+xy"
     assert len(at_length) == grading.MAX_ANSWER_CHARS
