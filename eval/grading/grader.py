@@ -379,7 +379,8 @@ def is_equivalent(pred: str, gold: str, *, grader: Grader | None = None) -> bool
 
     The gold is wrapped in `\\boxed{}` (or `$...$`) so it parses; "016" equals "16"; `\\frac12`,
     `\\dfrac{1}{2}`, `1/2` and `0.5` are equal; `\\text{}`/`\\mbox{}` wrappers and units are dropped.
-    A timeout is False (counted in `stats()`).
+    A timeout, or an answer beyond the size limits, is False (counted in `stats()`; `Grader.check` returns
+    the `Verdict` that says which; docs/grading.md).
     """
     return (grader or default_grader()).check(pred, gold).ok
 
