@@ -23,27 +23,22 @@ from collections import Counter
 
 import numpy as np
 
-from eval.grading import Grader, default_grader, extract_answers
+from eval.grading import Grader, default_grader, extract_answers, strip_thinking
 from sarl.embed.base import Embedder, embed_rows
 from sarl.interface import RewardOutput, RolloutBatch
-from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
+from sarl.steps import sanitize
 
 log = logging.getLogger(__name__)
 
 MODES = ("math", "open_ended")
 
 
-def final_answer_text(text: str) -> str | None:
-    """The final answer of an open-ended response: the text after the last `</think>`; the whole response
-    if it has no think tags; None if the thinking never closed (truncated) or the answer is empty."""
-    cut = text.rfind(THINK_CLOSE)
-    if cut >= 0:
-        answer = text[cut + len(THINK_CLOSE) :]
-    elif THINK_OPEN in text:
-        return None
-    else:
-        answer = text
-    return answer.strip() or None
+def final_answer_text(text: str, answer_in_unclosed_think: bool = False) -> str | None:
+    """The final answer of an open-ended response (`eval.grading.strip_thinking`, the rule of the math
+    answers): the text after the last `</think>`; the whole response if it has no think tags; None if the
+    thinking never closed (truncated; the whole response with `answer_in_unclosed_think`) or the answer is
+    empty."""
+    return strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think) or None
 
 
 def single_linkage_clusters(vectors: np.ndarray, threshold: float) -> list[int]:
@@ -85,6 +80,7 @@ class EMPOReward:
         high: float = 1.0,
         embedder: Embedder | None = None,
         grader: Grader | None = None,
+        answer_in_unclosed_think: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"EMPO mode {mode!r} not found; choose one of: {', '.join(MODES)}")
@@ -100,13 +96,17 @@ class EMPOReward:
         self.high = float(high)
         self.embedder = embedder
         self.grader = grader
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
         self.failure_counts: Counter[str] = Counter()
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
-        answers, failed = extract_answers(batch.responses)
+        unclosed = self.answer_in_unclosed_think
+        answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=unclosed)
         vectors = None
         if self.mode != "math":
-            answers = [final_answer_text(r) if i not in failed else None for i, r in enumerate(batch.responses)]
+            answers = [
+                final_answer_text(r, unclosed) if i not in failed else None for i, r in enumerate(batch.responses)
+            ]
             texts = {i: sanitize(a)[0] for i, a in enumerate(answers) if a is not None and i not in failed}
             vectors = embed_rows(self.embedder, texts, len(answers), failed)
         out: list[RewardOutput | None] = [None] * len(batch)

@@ -103,7 +103,14 @@ class EvolRLReward:
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
 
-    def __init__(self, embedder: Embedder, alpha: float = 0.5, eps: float = 1e-8, grader: Grader | None = None) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        alpha: float = 0.5,
+        eps: float = 1e-8,
+        grader: Grader | None = None,
+        answer_in_unclosed_think: bool = False,
+    ) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
         if eps <= 0:
@@ -112,11 +119,12 @@ class EvolRLReward:
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.grader = grader
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
         self.failure_counts: Counter[str] = Counter()
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
-        answers, failed = extract_answers(batch.responses)
+        answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
         valid = [is_valid_answer(a) for a in answers]
         # the reasoning of each valid response is embedded (App. B.2)
         texts = {i: reasoning_text(batch.responses[i]) for i, ok in enumerate(valid) if ok}

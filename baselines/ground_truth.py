@@ -23,13 +23,16 @@ class GroundTruthReward:
     (a math-verify check timed out and counted as "not equivalent"). A row whose gold answer is missing
     (None), malformed or does not parse gets score 0 and `failed` with the reason: never a silent 0 or 1.
     Gold answers are validated when the data is prepared (`eval.grading.validate_gold_rows`); the runtime
-    check is the safety net.
+    check is the safety net. A response whose `<think>` never closes has no answer, as in the evaluation;
+    `answer_in_unclosed_think=True` takes the last box of the unfinished thinking instead
+    (`eval.grading.extract_answer`).
     """
 
     diagnostic_keys = ("acc", "no_answer", "grader_timeout")
 
-    def __init__(self, grader: Grader | None = None) -> None:
+    def __init__(self, grader: Grader | None = None, answer_in_unclosed_think: bool = False) -> None:
         self.grader = grader
+        self.answer_in_unclosed_think = answer_in_unclosed_think
         self.failure_counts: Counter[str] = Counter()
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
@@ -51,15 +54,9 @@ class GroundTruthReward:
             return RewardOutput(0.0, failed=f"unparseable ground truth: {unparseable[0]!r} (validate it at data prep)")
         if not isinstance(response, str):
             return RewardOutput(0.0, failed=f"unusable response: a {type(response).__name__}, not a str")
-        answer = extract_answer(response)
+        answer = extract_answer(response, answer_in_unclosed_think=self.answer_in_unclosed_think)
         if answer is None:
             return RewardOutput(0.0, {"acc": 0.0, "no_answer": 1.0, "grader_timeout": 0.0})
-        correct, timed_out = False, False
-        for g in accepted:
-            verdict = grader.check(answer, g)  # verify(gold, pred), gold first (SPEC 2)
-            timed_out |= verdict.timed_out
-            if verdict.ok:
-                correct = True
-                break
-        diagnostics = {"acc": float(correct), "no_answer": 0.0, "grader_timeout": float(timed_out)}
-        return RewardOutput(float(correct), diagnostics)
+        verdict = grader.check_any(answer, accepted)  # verify(gold, pred), gold first (SPEC 2)
+        diagnostics = {"acc": float(verdict.ok), "no_answer": 0.0, "grader_timeout": float(verdict.timed_out)}
+        return RewardOutput(float(verdict.ok), diagnostics)

@@ -229,5 +229,5 @@ def format_score(parsed: StructuredResponse) -> float:
         steps_ok = any(s.tag for s in parsed.steps) and not parsed.untagged_prefix
     else:
         steps_ok = bool(parsed.steps)
-    boxed = extract_answer(parsed.answer) is not None
+    boxed = extract_answer(parsed.text) is not None  # the answer after the last </think>, as graded
     return float(parsed.closed and steps_ok and boxed)

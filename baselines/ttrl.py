@@ -93,13 +93,21 @@ class TTRLReward:
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
 
-    def __init__(self, n_votes: int = 8, n_samples: int = 8, seed: int = 0, grader: Grader | None = None) -> None:
+    def __init__(
+        self,
+        n_votes: int = 8,
+        n_samples: int = 8,
+        seed: int = 0,
+        grader: Grader | None = None,
+        answer_in_unclosed_think: bool = False,
+    ) -> None:
         if not 1 <= n_samples <= n_votes:
             raise ValueError(f"TTRL needs 1 <= n_samples <= n_votes, got n_samples={n_samples}, n_votes={n_votes}")
         self.n_votes = n_votes
         self.n_samples = n_samples
         self.seed = seed
         self.grader = grader
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
         self.warning_counts: Counter[str] = Counter()
         self.failure_counts: Counter[str] = Counter()
 
@@ -113,7 +121,7 @@ class TTRLReward:
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
-        answers, failed = extract_answers(batch.responses)
+        answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
         out: list[RewardOutput | None] = [None] * len(batch)
         mismatched = 0
         for rows in batch.groups().values():

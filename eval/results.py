@@ -91,6 +91,7 @@ def summarise_math(name: str, problems: Sequence[Mapping[str, Any]], k: int) -> 
         "n_without_token_count": len(samples) - len(tokens),
         "truncation_rate": 100.0 * sum(bool(s["truncated"]) for s in samples) / len(samples),
         "no_answer_rate": 100.0 * sum(s.get("answer") is None for s in samples) / len(samples),
+        "grader_timeouts": sum(bool(s.get("grader_timeout")) for s in samples),  # a check counted as not equal
         "generation_failures": sum(bool(s.get("generation_failed")) for s in samples),
         "structure": structure_summary([s["structure"] for s in samples if s.get("structure") is not None]),
     }
@@ -176,6 +177,8 @@ def markdown_report(results: Mapping[str, Any], base: Mapping[str, Any] | None) 
             lines.append(f"| {base_name} | " + " | ".join(row) + f" | {_fmt(overall['base_avg'])} |")
         row = [_fmt(benches[c]["avg_at_k"]) for c in cols]
         lines.append(f"| {name} | " + " | ".join(row) + f" | {with_delta(overall['avg'], overall['base_avg'])} |")
+        timeouts = ", ".join(f"{c} {_fmt(benches[c].get('grader_timeouts'), 'd')}" for c in cols)
+        lines += ["", f"Grader timeouts (math-verify gave no verdict in time; graded incorrect): {timeouts}."]
         lines += ["", "## Response length in tokens (SARL Table 8)", ""]
         lines.append("| Method | " + " | ".join(cols) + " | Avg | Δ vs. Base |")
         lines.append("|---" * (len(cols) + 3) + "|")
@@ -266,7 +269,7 @@ def flat_metrics(results: Mapping[str, Any]) -> dict[str, float]:
             out[key] = float(value)
 
     for b, s in ((results.get("math") or {}).get("benchmarks") or {}).items():
-        for m in ("avg_at_k", "mean_tokens", "truncation_rate", "no_answer_rate"):
+        for m in ("avg_at_k", "mean_tokens", "truncation_rate", "no_answer_rate", "grader_timeouts"):
             put(f"eval/{b}/{m}", s.get(m))
         put(f"eval/{b}/sr_mean", (s.get("structure") or {}).get("sr_mean"))
     for m, v in ((results.get("math") or {}).get("overall") or {}).items():

@@ -438,10 +438,11 @@ def score_benchmarks(
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """Per-benchmark summaries (math, wildbench) and one row per problem."""
-    from eval.grading import Grader, extract_answer, is_equivalent, strip_thinking
+    from eval.grading import Grader, extract_answer
     from eval.results import summarise_math, summarise_overall
 
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
+    unclosed = bool(cfg.grading.answer_in_unclosed_think)  # the training rewards' switch of the same name
     math_out: dict[str, Any] = {}
     wb_out: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -464,11 +465,12 @@ def score_benchmarks(
                         )
                     text = "" if rec is None else rec["text"]
                     if b.kind == "math":
-                        answer = extract_answer(strip_thinking(text))
+                        answer = extract_answer(text, answer_in_unclosed_think=unclosed)
                         s["answer"] = answer
-                        s["correct"] = answer is not None and any(
-                            is_equivalent(answer, g, grader=grader) for g in p.gold
-                        )
+                        verdict = grader.check_any(answer, p.gold) if answer is not None else None
+                        s["correct"] = verdict is not None and verdict.ok
+                        # a math-verify timeout counts as incorrect: marked here, counted per benchmark
+                        s["grader_timeout"] = verdict is not None and verdict.timed_out
                     else:
                         j = judgements.get(key, {"score": None, "failed": "not judged"})
                         s.update(judge_score=j["score"], judge_failed=j["failed"], empty=bool(j.get("empty")))

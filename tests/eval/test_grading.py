@@ -1,10 +1,13 @@
 """Answer extraction, math equivalence, equivalence classes, timeouts and gold validation (eval.grading)."""
 
 import random
+import re
 import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eval import grading
 from eval.grading import (
@@ -41,6 +44,81 @@ def test_extract_answer(text, answer):
     assert extract_answer(text) == answer
 
 
+def _reference_box_content(text, start):
+    """The argument of the box command ending at `start`, scanning its braces from there on: the former
+    implementation of `extract_answer` (quadratic over many unclosed boxes), kept as the test oracle."""
+    if text[start : start + 1].isalpha():
+        return None
+    j = start
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    if text[j : j + 1] == "{":
+        depth, k = 0, j
+        while k < len(text):
+            if text[k] == "\\":
+                k += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                return text[j + 1 : k].strip() or None
+            k += 1
+        return None
+    if j > start:
+        return re.match(r"[^$\n]*", text[j:]).group(0).strip() or None
+    return None
+
+
+def _reference_extract(text):
+    cut = text.rfind("</think>")
+    if cut >= 0:
+        text = text[cut + len("</think>") :]
+    for m in reversed(list(re.finditer(r"\\(?:boxed|fbox)", text))):
+        content = _reference_box_content(text, m.end())
+        if content:
+            return content
+    return None
+
+
+PIECES = (  # commands, braces, escapes, blanks, delimiters, an answer, the end of thinking
+    ["\\boxed", "\\fbox", "\\boxedx", "{", "}", "\\{", "\\}", "\\\\", "\\"]
+    + [" ", "\t", "\n", "$", "1", "x", "</think>"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=30))
+def test_extract_answer_matches_the_brace_scanning_reference(pieces):
+    """One pass of brace matching finds the same argument as scanning from each box command on its own."""
+    text = "".join(pieces)
+    assert extract_answer(text) == _reference_extract(text)
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("\\boxed{" * 15000, None),  # a generation cut off while repeating "\boxed{": 105 KB
+        ("\\boxed{1" * 12500, None),
+        ("\\boxed{a}" + "\\boxed{" * 15000, "a"),  # the last well-formed box before 15000 unclosed ones
+        ("\\boxed{" + "{" * 100_000, None),  # nested opens
+        ("\\fbox{\\boxed{" * 8000, None),
+        ("\\boxed{" + "}{" * 50_000, None),  # unbalanced braces
+        ("\\boxed $" * 12500, None),
+        ("\\boxed{7}" + "\\boxed{\\{" * 10000, "7"),
+    ],
+)
+def test_extract_answer_is_linear_on_pathological_text(text, answer, monkeypatch):
+    """About 100 KB each, well under a second (tens of milliseconds here): the former extraction rescanned the
+    rest of the text for every unclosed `\\boxed{`, 39-41 s on 70-90 KB of such text and 119 s on the first
+    input here."""
+    passes = []
+    real = grading.extract._matching_braces
+    monkeypatch.setattr(grading.extract, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
+    start = time.perf_counter()
+    assert extract_answer(text) == answer
+    assert time.perf_counter() - start < 1.0
+    assert len(passes) == 1  # the braces are matched in one pass, whatever the number of box commands
+
+
 @pytest.mark.parametrize(
     "pred, gold",
     [
@@ -64,6 +142,15 @@ def test_extract_answer(text, answer):
         ("1+x^2", "x^2+1"),
         ("1,000", "1000"),
         ("\\{2, 1\\}", "\\{1, 2\\}"),
+        ("28 percent", "$28\\%$"),  # math-verify reads the words as \%, the gold's \% is dropped: both go
+        ("28 pct", "$28\\%$"),
+        ("28 percentage", "28"),
+        ("28\\text{ percent}", "28\\%"),
+        ("32,\\! 349", "32349"),  # \! and a blank after a comma: math-verify's thousands separator
+        ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
+        ("32349", "$32,\\! 349$"),
+        ("1,2,3", "$1$ and $2$ and $3$"),  # not stripped to "1$ and $2$ and $3"
+        ("\\{1, 2, 3\\}", "$1$ and $2$ and $3$"),
     ],
 )
 def test_equivalent_answers(pred, gold, grader):
@@ -73,7 +160,10 @@ def test_equivalent_answers(pred, gold, grader):
 
 @pytest.mark.parametrize(
     "pred, gold",
-    [("2", "3"), ("17", "016"), ("B", "A"), ("(1,2)", "(2,1)"), ("0.5", "50\\%"), ("", "5"), ("5", "")],
+    [
+        *[("2", "3"), ("17", "016"), ("B", "A"), ("(1,2)", "(2,1)"), ("0.5", "50\\%"), ("", "5"), ("5", "")],
+        *[("27 percent", "$28\\%$"), ("32,\\! 348", "32349"), ("1,2", "$1$ and $2$ and $3$"), ("percent", "28")],
+    ],
 )
 def test_different_answers(pred, gold, grader):
     assert not grader.check(pred, gold).ok
@@ -207,3 +297,58 @@ def test_validate_gold_rows_reports_every_bad_row(grader):
     assert message.startswith("3 of 5 rows")
     assert all(f"\n  {row_id}:" in message for row_id in "bcd") and "\n  a:" not in message
     assert validate_gold_rows([rows[0], rows[4]], grader=grader) == [["12"], ["1", "2"]]
+
+
+# The longest gold answer of the evaluation benchmarks (Minerva Math, 210 characters, braces 3 deep).
+LONGEST_GOLD = (
+    "\\omega_{n}^{2} e^{-\\zeta \\omega_{n} t} \\cos \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
+    "-\\frac{\\zeta \\omega_{n}^{2}}{\\sqrt{1-\\zeta^{2}}} e^{-\\zeta \\omega_{n} t} "
+    "\\sin \\left(\\omega_{n} \\sqrt{1-\\zeta^{2}} t\\right)"
+)
+OVERSIZED = [
+    "1+" * 50_000 + "1",  # 100 KB
+    "9" * (grading.MAX_ANSWER_CHARS + 1) + "x",
+    "{" * (grading.MAX_BRACE_DEPTH + 1) + "1" + "}" * (grading.MAX_BRACE_DEPTH + 1),
+    "\\frac{1}{" * 5_000 + "2" + "}" * 5_000,  # both limits
+    "{" * 100_000,  # unbalanced
+]
+
+
+def test_oversized_answers_are_rejected_before_math_verify():
+    """Beyond MAX_ANSWER_CHARS characters or MAX_BRACE_DEPTH nested braces, as prediction or gold: not
+    equivalent, counted under `rejected`, each in well under 50 ms, and the worker is never started."""
+    g = Grader(timeout_s=5.0)
+    try:
+        start = time.perf_counter()
+        verdicts = [g.check(a, "5") for a in OVERSIZED] + [g.check("5", a) for a in OVERSIZED]
+        verdicts += [g.parses(a) for a in OVERSIZED]
+        elapsed = time.perf_counter() - start
+        assert verdicts == [grading.Verdict(False, rejected=True)] * (3 * len(OVERSIZED))
+        assert elapsed < 0.05 * len(verdicts)
+        stats = g.stats()
+        assert stats["rejected"] == 3 * len(OVERSIZED)
+        assert stats.get("worker_starts", 0) == 0 and stats.get("worker_calls", 0) == 0
+        labels, _ = g.classes([OVERSIZED[0], OVERSIZED[0], None])
+        assert labels == [0, 0, None] and g.stats().get("worker_calls", 0) == 0  # its own class, unchecked
+        with pytest.raises(ValueError, match="beyond the grading size limits"):
+            validate_gold(OVERSIZED[1], grader=g)
+    finally:
+        g.close()
+
+
+def test_the_size_limits_spare_real_answers(grader):
+    """The limits' edges, and the longest real gold answer, still go to math-verify."""
+    assert len(LONGEST_GOLD) == 210
+    before = grader.stats().get("rejected", 0)
+    at_length = "+".join(["x"] * 499) + "+xy"
+    assert len(at_length) == grading.MAX_ANSWER_CHARS
+    depth = grading.MAX_BRACE_DEPTH  # 1/(1/(...1/2)): braces `depth` deep, 2 when even, 1/2 when odd
+    at_depth = "\\frac{1}{" * (depth - 1) + "\\frac{1}{2}" + "}" * (depth - 1)
+    calls = grader.stats().get("worker_calls", 0)
+    assert grader.check(at_length, "499x+xy") == grading.Verdict(True)
+    assert grader.check(at_depth, "2" if depth % 2 == 0 else "\\frac{1}{2}") == grading.Verdict(True)
+    assert grader.stats()["worker_calls"] == calls + 2
+    assert grader.check(LONGEST_GOLD.replace("\\left(", "(").replace("\\right)", ")"), LONGEST_GOLD).ok
+    assert grader.parses(LONGEST_GOLD).ok
+    assert grader.check("\\frac{1}{" + at_depth + "}", "1").rejected  # one level deeper
+    assert grader.stats()["rejected"] == before + 1  # that one only

@@ -1,16 +1,10 @@
-"""Answer grading shared by the baseline rewards and the benchmarks (SPEC section 2 "Ground truth", section 3).
-
-- `extract_answer`: the final answer of a response: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`)
-  after the thinking part.
-- `is_equivalent(pred, gold)`: math-verify with the gold answer first, `verify(gold, pred)`.
-- `equivalence_classes`: answers grouped by math equivalence (the vote of TTRL, EMPO and EVOL-RL).
-- `validate_gold` / `validate_gold_rows`: a gold answer that does not parse is an error at data preparation.
+"""math-verify behind a process-level timeout (`Grader`), and the module-level API on a shared default grader.
 
 math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
 with math-verify's timeouts disabled inside a persistent worker process (`python -c`, pipes, one JSON line
-per request); a check that does not answer within `timeout_s` kills the worker, which is replaced on the
-next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`.
-Model text is only ever handed to math-verify's parser, never to Python's `eval`.
+per request; `eval.grading.worker`); a check that does not answer within `timeout_s` kills the worker, which
+is replaced on the next check. A timeout counts as "not equivalent", is logged, and is counted in
+`stats()["timeouts"]`. Model text is only ever handed to math-verify's parser, never to Python's `eval`.
 """
 
 from __future__ import annotations
@@ -29,79 +23,33 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
-
-from sarl.steps import THINK_CLOSE, THINK_OPEN
+from typing import Any, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
-_WORKER_PARSE_CACHE = 4096
-
-# ---------------------------------------------------------------------------------------------------------
-# Answer extraction
-# ---------------------------------------------------------------------------------------------------------
-
-_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer: the content of the last well-formed, non-empty `\\boxed{...}` (nested braces
-    matched), `\\boxed ...` (up to `$` or the end of the line) or `\\fbox{...}` after the last `</think>`;
-    None if there is none (or `text` is not a string)."""
-    if not isinstance(text, str):
-        return None
-    cut = text.rfind(THINK_CLOSE)
-    if cut >= 0:
-        text = text[cut + len(THINK_CLOSE) :]
-    for match in reversed(list(_BOX_COMMAND.finditer(text))):
-        content = _box_content(text, match.end())
-        if content:
-            return content
-    return None
-
-
-def _box_content(text: str, start: int) -> str | None:
-    """Argument of a `\\boxed`/`\\fbox` command whose name ends at `start`, or None if malformed."""
-    if text[start : start + 1].isalpha():  # \boxedx, \fboxsep: another command
-        return None
-    j = start
-    while j < len(text) and text[j] in " \t":
-        j += 1
-    if text[j : j + 1] == "{":
-        depth = 0
-        k = j
-        while k < len(text):
-            ch = text[k]
-            if ch == "\\":  # \{ and \} are literal braces, not grouping
-                k += 2
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[j + 1 : k].strip() or None
-            k += 1
-        return None  # unbalanced: truncated generation
-    if j > start:  # "\boxed 5": the argument runs to "$" or the end of the line
-        return re.match(r"[^$\n]*", text[j:]).group(0).strip() or None
-    return None
-
+# Answers beyond these never reach math-verify (rejected as "not equivalent", counted in stats()["rejected"]).
+# The gold answers of AIME 2024/2025, AMC 2023, MATH-500, Minerva Math and OlympiadBench are at most 210
+# characters long and nest braces at most 3 deep (docs/grading.md).
+MAX_ANSWER_CHARS = 1000
+MAX_BRACE_DEPTH = 12
+_WORKER_FILE = Path(__file__).resolve().with_name("worker.py")  # loaded by path: no package import there
 
 # ---------------------------------------------------------------------------------------------------------
 # Normalisation and the fast path
 # ---------------------------------------------------------------------------------------------------------
 
-_THIN_SPACES = re.compile(r"\\[,;:!]")
+_THIN_SPACES = re.compile(r"\\[,;:]")  # not \! : math-verify reads "32,\! 349" as 32349 by it
 _WHITESPACE = re.compile(r"\s+")
 _INTEGER = re.compile(r"([+-]?)(\d+)")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (\{, \}, \\) or a grouping brace
 
 
 def _normalise(answer: str) -> str:
-    """Cosmetic normalisation: outer `$`, thin spaces, runs of whitespace, `\\dfrac`/`\\tfrac`, one final `.`."""
+    """Cosmetic normalisation: outer `$` (when they enclose the whole answer, not `$1$ and $2$`), thin spaces
+    `\\,` `\\;` `\\:`, runs of whitespace, `\\dfrac`/`\\tfrac`, one final `.`."""
     s = answer.strip()
-    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$" and "$" not in s.strip("$"):
         s = s.strip("$").strip()
     s = _THIN_SPACES.sub("", s)
     s = _WHITESPACE.sub(" ", s).strip()
@@ -109,6 +57,18 @@ def _normalise(answer: str) -> str:
     if s.endswith(".") and not s.endswith(".."):
         s = s[:-1].rstrip()
     return s
+
+
+def _brace_depth(s: str) -> int:
+    """The deepest nesting of grouping braces in `s` (`\\{` and `\\}` are literal; a stray `}` is ignored)."""
+    depth = deepest = 0
+    for token in _BRACE_TOKEN.finditer(s):
+        if token.group() == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.group() == "}" and depth:
+            depth -= 1
+    return deepest
 
 
 def _canonical_integer(s: str) -> str | None:
@@ -127,10 +87,13 @@ def _canonical_integer(s: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of one check: `ok` (equivalent / parses) and whether it timed out (then `ok` is False)."""
+    """Outcome of a check: `ok` (equivalent / parses), whether it timed out and whether an answer was
+    rejected for its size before math-verify saw it (either makes one check's `ok` False; `check_any`
+    reports them for the checks before the gold that matched)."""
 
     ok: bool
     timed_out: bool = False
+    rejected: bool = False
 
 
 class Grader:
@@ -138,15 +101,23 @@ class Grader:
 
     Thread-safe: checks from several threads are serialised on one worker. After a fork, the child starts
     its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts,
-    worker errors and worker starts.
+    worker errors, worker starts and answers rejected for their size (`rejected`: longer than
+    `max_answer_chars` or braces nested deeper than `max_brace_depth`, after normalisation).
     """
 
     def __init__(
-        self, timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16, startup_timeout_s: float = 120.0
+        self,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        cache_size: int = 1 << 16,
+        startup_timeout_s: float = 120.0,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        max_brace_depth: int = MAX_BRACE_DEPTH,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = float(timeout_s)
+        self.max_answer_chars = int(max_answer_chars)
+        self.max_brace_depth = int(max_brace_depth)
         self.cache_size = int(cache_size)
         self.startup_timeout_s = float(startup_timeout_s)
         self.counts: Counter[str] = Counter()
@@ -171,6 +142,8 @@ class Grader:
             if not p or not g:
                 self.counts["fast_path"] += 1
                 return Verdict(False)
+            if self._rejected(p) or self._rejected(g):
+                return Verdict(False, rejected=True)
             pi, gi = _canonical_integer(p), _canonical_integer(g)
             if pi is not None and gi is not None:
                 self.counts["fast_path"] += 1
@@ -180,11 +153,25 @@ class Grader:
                 return Verdict(True)
             return self._cached(("verify", g, p), {"op": "verify", "gold": g, "pred": p})
 
+    def check_any(self, pred: str, golds: Sequence[str]) -> Verdict:
+        """`check` against each accepted gold answer until one matches: `ok` if one does; `timed_out` /
+        `rejected` if a check on the way timed out / was rejected (each counted as not equivalent)."""
+        timed_out = rejected = False
+        for gold in golds:
+            verdict = self.check(pred, gold)
+            timed_out |= verdict.timed_out
+            rejected |= verdict.rejected
+            if verdict.ok:
+                return Verdict(True, timed_out, rejected)
+        return Verdict(False, timed_out, rejected)
+
     def parses(self, answer: str) -> Verdict:
         """Does math-verify turn `answer` (wrapped in `\\boxed{}` or `$...$` as needed) into a sympy object?"""
         s = _normalise(str(answer))
         if not s:
             return Verdict(False)
+        if self._rejected(s):
+            return Verdict(False, rejected=True)
         return self._cached(("parses", s, ""), {"op": "parses", "text": s})
 
     def classes(self, answers: Sequence[str | None]) -> tuple[list[int | None], list[str]]:
@@ -222,7 +209,21 @@ class Grader:
         with self._lock:
             self._kill()
 
-    # -- cache and worker --------------------------------------------------------------------------------
+    # -- size limits, cache and worker -------------------------------------------------------------------
+
+    def _rejected(self, answer: str) -> bool:
+        """Is `answer` beyond the size limits? Counted and logged; the length is checked first, so the depth
+        scan reads at most `max_answer_chars` characters."""
+        if len(answer) > self.max_answer_chars:
+            why = f"{len(answer)} characters (limit {self.max_answer_chars})"
+        elif (depth := _brace_depth(answer)) > self.max_brace_depth:
+            why = f"braces nested {depth} deep (limit {self.max_brace_depth})"
+        else:
+            return False
+        self.counts["rejected"] += 1
+        log.warning("answer rejected before math-verify: %s: %r; counted as not equivalent", why, answer[:200])
+        return True
+
 
     def _cached(self, key: tuple[str, str, str], payload: dict[str, str]) -> Verdict:
         with self._lock:
@@ -275,7 +276,7 @@ class Grader:
         self._stderr = tempfile.TemporaryFile()
         boot = (
             "import importlib.util as u, sys; "
-            f"s = u.spec_from_file_location('_sarl_grading_worker', {str(Path(__file__).resolve())!r}); "
+            f"s = u.spec_from_file_location('_sarl_grading_worker', {str(_WORKER_FILE)!r}); "
             "m = sys.modules[s.name] = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main()"
         )
         self._proc = subprocess.Popen(
@@ -378,7 +379,8 @@ def is_equivalent(pred: str, gold: str, *, grader: Grader | None = None) -> bool
 
     The gold is wrapped in `\\boxed{}` (or `$...$`) so it parses; "016" equals "16"; `\\frac12`,
     `\\dfrac{1}{2}`, `1/2` and `0.5` are equal; `\\text{}`/`\\mbox{}` wrappers and units are dropped.
-    A timeout is False (counted in `stats()`).
+    A timeout, or an answer beyond the size limits, is False (counted in `stats()`; `Grader.check` returns
+    the `Verdict` that says which; docs/grading.md).
     """
     return (grader or default_grader()).check(pred, gold).ok
 
@@ -389,192 +391,5 @@ def equivalence_classes(answers: list[str | None], *, grader: Grader | None = No
 
 
 def stats() -> dict[str, int]:
-    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, ..."""
+    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, rejected, ..."""
     return default_grader().stats()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Gold answers at data preparation
-# ---------------------------------------------------------------------------------------------------------
-
-
-def gold_answers(gold: Any) -> list[str]:
-    """A gold answer or list of accepted answers as a list of non-empty strings; ValueError otherwise."""
-    if hasattr(gold, "tolist") and not isinstance(gold, (str, bytes)):
-        gold = gold.tolist()  # a NumPy array of accepted answers, as parquet columns are read back
-    items = list(gold) if isinstance(gold, (list, tuple)) else [gold]
-    if not items:
-        raise ValueError("gold answer is an empty list: give at least one accepted answer")
-    out = []
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ValueError(f"gold answer {item!r} is a {type(item).__name__}; expected a str or a number")
-        text = str(item).strip()
-        if not text:
-            raise ValueError(f"gold answer {gold!r} contains an empty answer")
-        out.append(text)
-    return out
-
-
-def validate_gold(gold: Any, *, grader: Grader | None = None) -> list[str]:
-    """The accepted answers of `gold` as strings; ValueError naming the answer if one does not parse."""
-    answers = gold_answers(gold)
-    grader = grader or default_grader()
-    for answer in answers:
-        verdict = grader.parses(answer)
-        if not verdict.ok:
-            why = "math-verify timed out on it" if verdict.timed_out else "math-verify extracts nothing from it"
-            raise ValueError(f"gold answer {answer!r} does not parse ({why}); fix or drop it when preparing the data")
-    return answers
-
-
-def validate_gold_rows(
-    rows: Iterable[Mapping[str, Any]], id_key: str = "id", answer_key: str = "answer", *, grader: Grader | None = None
-) -> list[list[str]]:
-    """`validate_gold` for every row; one ValueError listing ALL offending row ids and reasons."""
-    validated: list[list[str]] = []
-    problems: list[str] = []
-    n = 0
-    for n, row in enumerate(rows, start=1):
-        row_id = row.get(id_key, f"<row {n - 1}>")
-        try:
-            validated.append(validate_gold(row[answer_key], grader=grader))
-        except KeyError:
-            problems.append(f"{row_id}: no {answer_key!r} field")
-        except ValueError as err:
-            problems.append(f"{row_id}: {err}")
-    if problems:
-        listing = "\n  ".join(problems)
-        raise ValueError(f"{len(problems)} of {n} rows have unusable gold answers ({id_key}: reason):\n  {listing}")
-    return validated
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The worker process (runs `_worker_main`; imports math-verify, never the caller's code)
-# ---------------------------------------------------------------------------------------------------------
-
-_TEXT_NUMBER = re.compile(r"\\(?:text|mbox|textbf|textrm|mathrm)\{\s*([+-]?\d[\d,.]*)\s*([^{}]*)\}")
-_TRAILING_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*\\?%\s*\})$")
-
-
-def _latex_friendly(text: str) -> str:
-    """Rewrites that math-verify's LaTeX parser needs: `\\text{5 cm}` -> `5\\text{ cm}` (its unit handling
-    applies), `\\text{5}` -> `5`, a trailing percent sign dropped ("50\\%" = 50), `°` -> `^{\\circ}`."""
-
-    def repl(m: re.Match) -> str:
-        unit = m.group(2).strip()
-        return m.group(1) + (f"\\text{{ {unit}}}" if unit else "")
-
-    text = _TEXT_NUMBER.sub(repl, text)
-    text = _TRAILING_PERCENT.sub("", text)
-    return text.replace("°", "^{\\circ}")
-
-
-def _parse_answer(parse: Any, text: str) -> list:
-    """math-verify's parse of a bare answer: as given if it carries math delimiters, else wrapped in
-    `\\boxed{}`, then in `$...$` (e.g. `50\\%` parses only there); the first result holding a sympy object."""
-    text = _latex_friendly(text)
-    candidates = [text] if any(d in text for d in ("$", "\\boxed", "\\(", "\\[")) else []
-    candidates += ["\\boxed{" + text + "}", "$" + text + "$"]
-    fallback: list = []
-    for candidate in candidates:
-        result = parse(candidate, parsing_timeout=None)
-        if any(not isinstance(r, str) for r in result):
-            return result
-        fallback = fallback or result
-    return fallback
-
-
-def _worker_main() -> None:
-    """Serve JSON-line requests on stdin: {"op": "verify", "gold", "pred"} and {"op": "parses", "text"}."""
-    protocol = os.fdopen(os.dup(1), "w", encoding="ascii")
-    os.dup2(2, 1)  # stray prints from libraries go to stderr, never into the protocol
-    sys.stdout = sys.stderr
-    logging.disable(logging.CRITICAL)  # math-verify warns that its own timeouts are off: that is the design
-
-    def send(message: dict[str, Any]) -> None:
-        protocol.write(json.dumps(message) + "\n")
-        protocol.flush()
-
-    try:
-        from math_verify import LatexExtractionConfig, verify
-        from math_verify import parse as mv_parse
-    except Exception as err:  # reported to the parent, which raises with this reason
-        send({"ready": False, "error": f"cannot import math_verify: {type(err).__name__}: {err}"})
-        return
-    send({"ready": True})
-    latex_only = [LatexExtractionConfig()]
-
-    def parse(text: str, parsing_timeout: None = None) -> list:
-        # LaTeX extraction only: math-verify's ExprExtractionConfig hands text to sympy's parse_expr (eval)
-        return mv_parse(text, extraction_config=latex_only, parsing_timeout=parsing_timeout)
-
-    cache: OrderedDict[str, list] = OrderedDict()
-
-    def parsed(text: str) -> list:
-        if text in cache:
-            cache.move_to_end(text)
-            return cache[text]
-        result = cache[text] = _parse_answer(parse, text)
-        if len(cache) > _WORKER_PARSE_CACHE:
-            cache.popitem(last=False)
-        return result
-
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            if request["op"] == "verify":
-                gold, pred = parsed(request["gold"]), parsed(request["pred"])
-                # math-verify: verify(gold, target), gold first; timeouts off, the parent enforces its own
-                result = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
-            elif request["op"] == "parses":  # a sympy object, not only math-verify's raw-string fallback
-                result = any(not isinstance(r, str) for r in parsed(request["text"]))
-            else:
-                raise ValueError(f"unknown op {request['op']!r}")
-            send({"result": result})
-        except Exception as err:
-            send({"error": f"{type(err).__name__}: {err}"})
-
-
-def extract_answers(responses: Sequence[object]) -> tuple[list[str | None], dict[int, str]]:
-    """`extract_answer` of every response, and row -> reason for responses that are not text."""
-    failed = {
-        i: f"unusable response: a {type(r).__name__}, not a str"
-        for i, r in enumerate(responses)
-        if not isinstance(r, str)
-    }
-    return [None if i in failed else extract_answer(r) for i, r in enumerate(responses)], failed
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Benchmark scoring helpers (SPEC section 3)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def strip_thinking(text: str) -> str:
-    """The final answer part of a response (SPEC 3: answers are graded after stripping the thinking part):
-    the text after the last `</think>`; "" when a `<think>` block never closes (generation truncated while
-    thinking: there is no final answer); the whole text when there is no think tag at all."""
-    if not isinstance(text, str):
-        return ""
-    cut = text.rfind(THINK_CLOSE)
-    if cut >= 0:
-        return text[cut + len(THINK_CLOSE) :].strip()
-    if THINK_OPEN in text:
-        return ""
-    return text.strip()
-
-
-def avg_at_k(correct: list[list[bool]]) -> float:
-    """avg@k in percent (SARL Sec. 4.1, SPEC 3): per problem the mean of its k samples' 0/1 correctness,
-    then the mean over problems, times 100. Every problem must have the same k >= 1 samples."""
-    if not correct:
-        raise ValueError("avg@k of no problems: give at least one problem's samples")
-    k = len(correct[0])
-    for i, samples in enumerate(correct):
-        if len(samples) == 0 or len(samples) != k:
-            raise ValueError(
-                f"avg@k needs the same k >= 1 samples per problem: problem 0 has {k}, problem {i} has {len(samples)}"
-            )
-    per_problem = [sum(bool(c) for c in samples) / k for samples in correct]
-    return 100.0 * sum(per_problem) / len(per_problem)

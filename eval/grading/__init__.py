@@ -1,0 +1,53 @@
+"""Answer grading shared by the baseline rewards and the benchmarks (SPEC section 2 "Ground truth", section 3).
+
+- `extract_answer`: the final answer of a response: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`)
+  after the thinking part (`eval.grading.extract`).
+- `is_equivalent(pred, gold)`: math-verify with the gold answer first, `verify(gold, pred)`.
+- `equivalence_classes`: answers grouped by math equivalence (the vote of TTRL, EMPO and EVOL-RL).
+- `validate_gold` / `validate_gold_rows`: a gold answer that does not parse is an error at data preparation
+  (`eval.grading.gold`).
+- `avg_at_k`: the benchmark score (`eval.grading.scores`).
+
+math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
+with math-verify's timeouts disabled inside a persistent worker process (`eval.grading.grader`,
+`eval.grading.worker`); a check that does not answer within `timeout_s` kills the worker, which is replaced
+on the next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`;
+an answer beyond `MAX_ANSWER_CHARS` or `MAX_BRACE_DEPTH` never reaches the worker (`stats()["rejected"]`).
+Model text is only ever handed to math-verify's parser, never to Python's `eval`.
+"""
+
+from eval.grading.extract import extract_answer, extract_answers, strip_thinking
+from eval.grading.gold import gold_answers, validate_gold, validate_gold_rows
+from eval.grading.grader import (
+    DEFAULT_TIMEOUT_S,
+    MAX_ANSWER_CHARS,
+    MAX_BRACE_DEPTH,
+    Grader,
+    Verdict,
+    configure,
+    default_grader,
+    equivalence_classes,
+    is_equivalent,
+    stats,
+)
+from eval.grading.scores import avg_at_k
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MAX_ANSWER_CHARS",
+    "MAX_BRACE_DEPTH",
+    "Grader",
+    "Verdict",
+    "avg_at_k",
+    "configure",
+    "default_grader",
+    "equivalence_classes",
+    "extract_answer",
+    "extract_answers",
+    "gold_answers",
+    "is_equivalent",
+    "stats",
+    "strip_thinking",
+    "validate_gold",
+    "validate_gold_rows",
+]
