@@ -450,13 +450,13 @@ def print_table(checks: list[Check], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
-    from sarl.train import compose_train_config, experiment_name
+    from sarl.train import compose_user_config, experiment_name
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     try:
-        cfg, choices = compose_train_config(overrides)
-    except Exception as err:  # Hydra's composition errors: a misspelt key or option
-        sys.stderr.write(f"sarl.preflight: {str(err).splitlines()[0]}\n")
+        cfg, choices = compose_user_config(overrides)
+    except UserError as err:  # a misspelt key or option, an invalid value
+        sys.stderr.write(f"sarl.preflight: {err}\n")
         return 2
     if cfg.backend.name != "verl":
         sys.stderr.write(f"sarl.preflight checks verl runs on GPU nodes; backend={cfg.backend.name} needs none\n")

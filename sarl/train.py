@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from sarl.errors import UserError
+from sarl.errors import UserError, debug_requested
 
 log = logging.getLogger("sarl.train")
 
@@ -44,6 +44,71 @@ def compose_train_config(overrides: list[str]) -> tuple[DictConfig, dict[str, An
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_train"):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    return _without_hydra(cfg)
+
+
+def compose_user_config(overrides: list[str]) -> tuple[DictConfig, dict[str, Any]]:
+    """`compose_train_config` for a command line: a misspelt key, an unknown option or an invalid value is a
+    UserError naming it (Hydra's message, first lines), checked before anything runs."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg, choices = compose_train_config(overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
+        if head is not None:  # an unknown option: name the valid ones on the same line
+            message = " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
+        else:
+            message = " ".join(lines[:2])
+        raise UserError(message or type(err).__name__) from err
+    validate_train_values(cfg)
+    return cfg, choices
+
+
+# key -> (predicate, what it must be); checked where the config is read, before any model is loaded
+VALUE_RULES: dict[str, tuple[Any, str]] = {
+    "train.rollout_n": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.n_trained": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.train_batch_size": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.ppo_mini_batch_size": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.micro_batch_size_per_gpu": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.max_prompt_length": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.max_response_length": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.total_epochs": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.save_freq": (lambda v: isinstance(v, int) and (v >= 1 or v == -1), "an integer >= 1 (or -1: never)"),
+    "train.test_freq": (lambda v: isinstance(v, int) and (v >= 1 or v == -1), "an integer >= 1 (or -1: never)"),
+    "train.nnodes": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.n_gpus_per_node": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.actor_lr": (lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
+    "train.critic_lr": (lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
+    "train.kl_loss_coef": (lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0"),
+    "train.entropy_coeff": (lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0"),
+    "train.temperature": (lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
+    "train.clip_ratio_low": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
+    "train.clip_ratio_high": (lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0"),
+    "train.dry_run": (lambda v: isinstance(v, bool), "true or false"),
+    "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
+    "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
+}
+
+
+def validate_train_values(cfg: DictConfig) -> None:
+    """Every value of VALUE_RULES that the config has, checked; the first bad one is a UserError."""
+    for key, (ok, what) in VALUE_RULES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            continue
+        if isinstance(value, bool) and what != "true or false":
+            ok_value = False
+        else:
+            ok_value = ok(value)
+        if not ok_value:
+            raise UserError(f"{key}={value!r}: must be {what}")
+
+
+def _without_hydra(cfg: DictConfig) -> tuple[DictConfig, dict[str, Any]]:
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
@@ -371,7 +436,13 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     overrides = list(sys.argv[1:] if argv is None else argv)
-    cfg, choices = compose_train_config(overrides)
+    try:
+        cfg, choices = compose_user_config(overrides)
+    except UserError as err:
+        if debug_requested():
+            raise
+        log.error("%s", err)
+        return 2
     try:
         with signals_as_exceptions():
             return run(cfg, choices, overrides)

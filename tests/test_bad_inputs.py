@@ -130,3 +130,44 @@ def test_score_exits_3_when_every_response_failed(inputs, tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]  # strict JSON
     assert len(rows) == 2 and all(r["failed"] for r in rows)
     assert "every response failed" in proc.stderr
+
+
+def train(*overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "sarl.train", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0", "SARL_DEBUG": "0"},
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["+exp=grpo_sarl_math", "train.rollout_nn=8"], ["train.rollout_nn"]),
+        (["+exp=grpo_sarl_mth"], ["grpo_sarl_mth", "grpo_sarl_math"]),  # the options are listed
+        (["+exp=grpo_sarl_math", "train.rollout_n=-8"], ["train.rollout_n=-8", "an integer >= 1"]),
+        (["+exp=grpo_sarl_math", "train.dry_run=maybe"], ["train.dry_run='maybe'", "true or false"]),
+        (["+exp=grpo_sarl_math", "embedding_server.gpu_memory_utilization=5"], ["gpu_memory_utilization=5"]),
+    ],
+)
+def test_train_names_a_bad_override_in_one_line(overrides, words):
+    proc = train(*overrides)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+    for w in words:
+        assert w in proc.stderr, (w, proc.stderr)
+
+
+def test_debug_switch_shows_the_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", "+exp=grpo_sarl_math", "train.rollout_n=0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SARL_DEBUG": "1"},
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
