@@ -24,7 +24,7 @@ _INTEGER = re.compile(r"([+-]?)(\d+)(?:\.0*)?")
 def normalise_answer(answer: str) -> str:
     """One accepted answer, normalised (see the module docstring); ValueError if nothing is left."""
     s = answer.strip()
-    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$" and "$" not in s.strip("$"):  # not `$1$ and $2$`
         s = s.strip("$").strip()
     m = _INTEGER.fullmatch(s)
     if m is not None:

@@ -27,6 +27,7 @@ AIME_REMARK = r"\s+\([A-Za-z ]+\)$"
         ("$\\frac{1}{2}$", "\\frac{1}{2}"),
         ("\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
         ("p - q", "p - q"),
+        ("$1$ and $2$ and $3$", "$1$ and $2$ and $3$"),  # the outer `$` do not enclose one answer
     ],
 )
 def test_normalise_answer(raw, expected):
