@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from eval.cache import SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash, text_hash
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
+from sarl.errors import UserError, check_writable_dir, debug_requested
 
 log = logging.getLogger("eval.run")
 
@@ -39,13 +40,55 @@ EXIT_INTERRUPTED = 130
 
 
 def compose_eval_config(overrides: list[str]) -> DictConfig:
-    """conf/eval.yaml with Hydra overrides; paths made absolute."""
+    """conf/eval.yaml with Hydra overrides; paths made absolute. A misspelt key or an unknown option is a
+    UserError naming it."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_eval"):
-        cfg = compose(config_name="eval", overrides=overrides)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_eval"):
+            cfg = compose(config_name="eval", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise UserError(" ".join(lines[:2]) or type(err).__name__) from err
     cfg.paths.root = str(Path(cfg.paths.root).resolve())
     return cfg
+
+
+def _looks_like_path(name: str) -> bool:
+    """A local path rather than a Hub id (`org/name`) or a served model's name."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    """Everything that can be checked before any model is loaded or any work done; a UserError names the
+    first key that cannot work."""
+    if OmegaConf.is_missing(cfg, "ckpt"):
+        raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
+    if cfg.generator.backend not in BACKENDS:
+        raise UserError(f"generator.backend={cfg.generator.backend!r}; choose one of: {', '.join(BACKENDS)}")
+    ckpt = str(cfg.ckpt)
+    remote = cfg.generator.backend == "openai" and str(cfg.generator.openai.get("url", "auto")) != "auto"
+    if _looks_like_path(ckpt) and not remote:
+        path = Path(ckpt).expanduser()
+        if not path.is_dir():
+            raise UserError(f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)")
+        if not (path / "config.json").is_file():
+            raise UserError(f"ckpt={ckpt} has no config.json: not a Hugging Face checkpoint directory")
+    s = cfg.sampling
+    for key, value, ok, what in (
+        ("sampling.n", s.n, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.n_wildbench", s.n_wildbench, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.max_tokens", s.max_tokens, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.temperature", s.temperature, lambda v: v >= 0, "a number >= 0"),
+        ("sampling.top_p", s.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("limit", cfg.limit, lambda v: v is None or v >= 1, "null or an integer >= 1"),
+        ("structure.batch_size", cfg.structure.batch_size, lambda v: v >= 1, "an integer >= 1"),
+    ):
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))) or not ok(value):
+            raise UserError(f"{key}={value!r}: must be {what}")
+    check_writable_dir(cfg.cache_dir, "cache_dir")
 
 
 @dataclass
@@ -598,14 +641,10 @@ def run(cfg: DictConfig) -> int:
     from eval.results import load_base, log_wandb, markdown_report, write_results
     from sarl.train import git_commit, versions
 
-    if OmegaConf.is_missing(cfg, "ckpt"):
-        raise ValueError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    if cfg.generator.backend not in BACKENDS:
-        raise ValueError(f"generator.backend {cfg.generator.backend!r} not found; choose one of: {', '.join(BACKENDS)}")
+    check_eval_config(cfg)
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
-    run_dir = resolve_run_dir(cfg, name)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
     handler = logging.FileHandler(run_dir / "eval.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     logging.getLogger().addHandler(handler)
@@ -673,13 +712,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     logging.getLogger("eval").setLevel(logging.INFO)
     argv = list(sys.argv[1:] if argv is None else argv)
-    cfg = compose_eval_config(argv)
-    if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
-        from sarl.launch.slurm import dispatch
-
-        return dispatch("eval.run", argv, cfg.launcher)
     try:
+        cfg = compose_eval_config(argv)
+        if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
+            from sarl.launch.slurm import dispatch
+
+            return dispatch("eval.run", argv, cfg.launcher)
         return run(cfg)
+    except UserError as err:
+        if debug_requested():
+            raise
+        log.error("%s", err)
+        return 2
     except KeyboardInterrupt:
         log.warning("interrupted; finished samples are cached: rerun the same command to resume")
         return EXIT_INTERRUPTED
