@@ -250,8 +250,8 @@ def ray_job_env(environ: Mapping[str, str]) -> dict[str, str]:
     earlier local `ray.init()` writes), but `ray start --address` and `ray.init(address)` never turn it on by
     themselves (ray 2.60 ray/_private/authentication/authentication_token_setup.py
     maybe_enable_token_auth_if_token_available), so the workers and the driver would be refused. Without a
-    RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, Ray's default for clusters started by
-    `ray start`; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
+    RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, what `ray start` does where there is no
+    token file; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
     return {**environ, "RAY_AUTH_MODE": environ.get("RAY_AUTH_MODE") or "disabled"}
 
 
