@@ -30,6 +30,7 @@ Ray on the node, other users' included).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import ipaddress
 import logging
@@ -43,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 log = logging.getLogger("sarl.launch")
 
@@ -249,9 +250,30 @@ def ray_job_env(environ: Mapping[str, str]) -> dict[str, str]:
     earlier local `ray.init()` writes), but `ray start --address` and `ray.init(address)` never turn it on by
     themselves (ray 2.60 ray/_private/authentication/authentication_token_setup.py
     maybe_enable_token_auth_if_token_available), so the workers and the driver would be refused. Without a
-    RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, Ray's default for clusters started by
-    `ray start`; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
+    RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, what `ray start` does where there is no
+    token file; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
     return {**environ, "RAY_AUTH_MODE": environ.get("RAY_AUTH_MODE") or "disabled"}
+
+
+@contextlib.contextmanager
+def running_ray_head(
+    cmd: Sequence[str], address: str, env: Mapping[str, str], cwd: str | None = None
+) -> Iterator[subprocess.Popen]:
+    """The Ray head (`cmd`: `ray start --head --block`) as a child in its own session. On exit its process group
+    is stopped and, if the node's record of the last cluster `ray start` started still names this head
+    (`address`), that record goes too: `ray stop` removes it as well (ray 2.60 ray/scripts/scripts.py stop,
+    `reset_ray_address`), and a later `ray.init()` on the node, anyone's, would try to join the dead head."""
+    from ray._common.utils import get_ray_address_file
+
+    head = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), start_new_session=True)
+    try:
+        yield head
+    finally:
+        stop_process_group(head)
+        record = Path(get_ray_address_file(None))  # <RAY_TMPDIR or /tmp>/ray/ray_current_cluster
+        with contextlib.suppress(FileNotFoundError):
+            if record.read_text().strip() == address:
+                record.unlink()
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
@@ -306,17 +328,16 @@ class ModuleJob:
             node_ip = node_ip_address(head_ip, s.ray_port, s.ray_interface)
             return self._run(ray_worker_command(self.python, head_ip, s.ray_port, node_ip, *self._ray_resources()), env)
         head_ip = node_ip_address(hosts[0], s.ray_port, s.ray_interface)
+        address = f"{head_ip}:{s.ray_port}"
         cmd = ray_head_command(self.python, s.ray_port, head_ip, *self._ray_resources())
         log.info("Ray head: %s", shlex.join(cmd))
-        head = subprocess.Popen(cmd, cwd=self.workdir, env=env, start_new_session=True)
-        try:
-            publish_head_ip(address_file, head_ip)
-            address = f"{head_ip}:{s.ray_port}"
-            wait_for_ray_nodes(len(hosts), address, s.ray_join_timeout_s, head)
-            return self._run_driver({**env, "RAY_ADDRESS": address})
-        finally:
-            stop_process_group(head)
-            address_file.unlink(missing_ok=True)
+        with running_ray_head(cmd, address, env, cwd=self.workdir) as head:
+            try:
+                publish_head_ip(address_file, head_ip)
+                wait_for_ray_nodes(len(hosts), address, s.ray_join_timeout_s, head)
+                return self._run_driver({**env, "RAY_ADDRESS": address})
+            finally:
+                address_file.unlink(missing_ok=True)
 
     def _ray_resources(self) -> tuple[int, int | None]:
         return self.settings.gpus_per_node, self.settings.cpus_per_task

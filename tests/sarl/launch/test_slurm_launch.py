@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,10 +29,11 @@ from sarl.launch.slurm import (
     node_ip_address,
     publish_head_ip,
     ray_cli,
-    ray_job_env,
     ray_head_command,
+    ray_job_env,
     ray_worker_command,
     read_head_ip,
+    running_ray_head,
     settings,
     train_argv,
 )
@@ -247,6 +249,7 @@ def fake_python(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
     for var in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # Ray's node records go to <RAY_TMPDIR>/ray/
     return python
 
 
@@ -269,6 +272,9 @@ def test_the_head_node_starts_ray_as_its_child_runs_the_driver_and_stops_ray_by_
         seen["pid"] = int((tmp_path / "head.pid").read_text())
 
     monkeypatch.setattr(slurm, "wait_for_ray_nodes", joined)
+    record = tmp_path / "ray" / "ray_current_cluster"  # what `ray start` leaves for a later ray.init() there
+    record.parent.mkdir()
+    record.write_text("10.1.0.1:6380")
     s = SlurmSettings(nodes=2, gpus_per_node=8, cpus_per_task=64, ray_port=6380)
     job = ModuleJob("sarl.train", ["+exp=smoke", "launcher=local"], str(tmp_path), s, str(fake_python))
     assert job() == 0
@@ -279,7 +285,16 @@ def test_the_head_node_starts_ray_as_its_child_runs_the_driver_and_stops_ray_by_
     assert "--block" in head_call and head_call.endswith(" RAY_ADDRESS= RAY_AUTH_MODE=disabled")
     assert driver_call == "-m sarl.train +exp=smoke launcher=local RAY_ADDRESS=10.1.0.1:6380 RAY_AUTH_MODE=disabled"
     assert not _group_alive(seen["pid"])  # the head and the process it started, stopped by their group
-    assert not (folder / "ray_head_ip.0").exists()
+    assert not (folder / "ray_head_ip.0").exists() and not record.exists()
+
+
+def test_a_stopped_ray_head_leaves_another_clusters_record_alone(fake_python, tmp_path):
+    record = tmp_path / "ray" / "ray_current_cluster"
+    record.parent.mkdir()
+    record.write_text("10.9.9.9:6379")  # somebody else's `ray start` on this node
+    with running_ray_head(["sleep", "600"], "10.1.0.1:6380", os.environ) as head:
+        assert head.poll() is None
+    assert head.poll() is not None and record.read_text() == "10.9.9.9:6379"
 
 
 def test_a_worker_node_joins_the_published_head_address_with_its_own(fake_python, tmp_path, monkeypatch):
@@ -307,31 +322,47 @@ def test_a_worker_node_joins_the_published_head_address_with_its_own(fake_python
 def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process_group(tmp_path, monkeypatch):
     """The job's head command with the installed Ray, joined as the job joins it (wait_for_ray_nodes), with a
     token file in HOME as any earlier local `ray.init()` leaves one: the head and its clients agree on the
-    authentication mode. Stopping the head's process group leaves no Ray process of it behind."""
-    from sarl.launch.local_slurm import free_port
-    from sarl.launch.slurm import stop_process_group, wait_for_ray_nodes
+    authentication mode. Stopping the head's process group leaves no Ray process of it behind, nor the node's
+    record of it. Ray's files go to a directory of this test (RAY_TMPDIR), not the machine's /tmp/ray."""
+    import tempfile
 
+    from sarl.launch.local_slurm import free_port
+    from sarl.launch.slurm import wait_for_ray_nodes
+
+    ips = [ip for ip in map(_ipv4, (n for _, n in socket.if_nameindex())) if ip and not ip.startswith("127.")]
+    if not ips:
+        pytest.skip("no network interface but loopback here (Ray uses a loopback head IP as the node's own)")
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text("a" * 64)
     monkeypatch.setenv("HOME", str(home))
+    ray_tmp = tempfile.mkdtemp(prefix="sarl-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
     for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(var, raising=False)
     port = free_port()
-    cmd = ray_head_command(sys.executable, port, "127.0.0.1", 0, 1)
-    with (tmp_path / "head.log").open("wb") as out:
-        head = subprocess.Popen(
-            cmd, env=ray_job_env(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    address = f"{ips[0]}:{port}"
     try:
-        wait_for_ray_nodes(1, f"127.0.0.1:{port}", 240, head)
-        assert head.poll() is None
+        with running_ray_head(
+            ray_head_command(sys.executable, port, ips[0], 0, 1), address, ray_job_env(os.environ)
+        ) as head:
+            wait_for_ray_nodes(1, address, 240, head)
+            assert head.poll() is None
+            assert (Path(ray_tmp) / "ray" / "ray_current_cluster").read_text().strip() == address
+        deadline = time.monotonic() + 30
+        while _group_alive(head.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _group_alive(head.pid)
+        assert not (Path(ray_tmp) / "ray" / "ray_current_cluster").exists()
     finally:
-        stop_process_group(head, grace_s=60)
-    deadline = time.monotonic() + 30
-    while _group_alive(head.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _group_alive(head.pid), (tmp_path / "head.log").read_text()[-3000:]
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _ipv4(name):
+    try:
+        return interface_ip(name)
+    except ValueError:
+        return None
 
 
 def test_checkpoint_requeues_the_same_job_and_pickles_without_its_process(tmp_path):
