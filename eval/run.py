@@ -73,7 +73,9 @@ def check_eval_config(cfg: DictConfig) -> None:
     if _looks_like_path(ckpt) and not remote:
         path = Path(ckpt).expanduser()
         if not path.is_dir():
-            raise UserError(f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)")
+            raise UserError(
+                f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)"
+            )
         if not (path / "config.json").is_file():
             raise UserError(f"ckpt={ckpt} has no config.json: not a Hugging Face checkpoint directory")
     s = cfg.sampling

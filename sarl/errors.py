@@ -65,10 +65,11 @@ def check_output_file(path: str | Path, key: str, inputs: tuple[str | Path | Non
     except (FileNotFoundError, NotADirectoryError):  # a new file (its directory is checked below)
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{key}={out} is a {_kind(st.st_mode)}, not a regular file; choose a file path (it is never replaced)")
+        kind = _kind(st.st_mode)
+        raise UserError(f"{key}={out} is a {kind}, not a regular file; choose a file path (it is never replaced)")
     for inp in inputs:
         if inp is not None and _same_file(out, Path(inp)):
-            raise UserError(f"{key}={out} is the input file {inp}; choose another {key} (the input is never overwritten)")
+            raise UserError(f"{key}={out} is the input file {inp}; choose another {key} (inputs are never overwritten)")
     check_writable_dir(out.parent, key)
     return out
 

@@ -274,7 +274,8 @@ def check_run_dir(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, allow_do
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK):
-        return Check("run directory", False, f"{probe} is not writable", "set paths.runs_dir or run_dir to a writable place")
+        fix = "set paths.runs_dir or run_dir to a writable place"
+        return Check("run directory", False, f"{probe} is not writable", fix)
     free = shutil.disk_usage(probe).free / memory.GIB
     policy = memory.find_model_config(str(cfg.model.path), allow_download)
     if policy is None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import subprocess
 from types import FrameType
 from typing import Iterator
 
@@ -53,3 +55,16 @@ def signals_as_exceptions(signums: tuple[int, ...] = TERMINATING_SIGNALS) -> Ite
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the process group that `proc` leads (started with start_new_session=True), SIGKILL after
+    `grace_s`: that child and whatever it started, nothing else."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

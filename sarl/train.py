@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from importlib import metadata
@@ -27,6 +26,7 @@ from typing import Any, Iterator
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sarl.errors import UserError, debug_requested
+from sarl.signals import stop_process_group
 
 log = logging.getLogger("sarl.train")
 
@@ -243,7 +243,8 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
     embedder = reward_cfg.get("embedder") or {}
     if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder" or embedder.get("url") != "auto":
         return None
-    from sarl.embed.server import EmbeddingServer, routable_ip
+    from sarl.embed.server import EmbeddingServer
+    from sarl.network import routable_ip
 
     s = cfg.embedding_server
     nnodes = int(OmegaConf.select(cfg, "train.nnodes", default=1))
@@ -254,7 +255,9 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
         try:
             bind, advertise = "0.0.0.0", routable_ip(head)
         except OSError as err:
-            raise UserError(f"embedding_server.host=auto on {nnodes} nodes: {err}; set embedding_server.host=<this node's IP>")
+            raise UserError(
+                f"embedding_server.host=auto on {nnodes} nodes: {err}; set embedding_server.host=<this node's IP>"
+            ) from err
     else:
         bind = advertise = "127.0.0.1"
     max_model_len = s.max_model_len
@@ -301,7 +304,7 @@ def check_reward_endpoints(cfg: DictConfig, reward_cfg: dict) -> None:
         return
     from urllib.parse import urlparse
 
-    from sarl.embed.server import is_loopback
+    from sarl.network import is_loopback
 
     host = urlparse(url).hostname or ""
     if is_loopback(host):
@@ -391,8 +394,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         try:
             return proc.wait()
         except BaseException:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            stop_process_group(proc, grace_s=60)  # SIGTERM to verl's group, SIGKILL if it is still there
             raise
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import ipaddress
 import logging
 import os
 import shlex
@@ -45,6 +44,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+
+from sarl.network import is_loopback, routable_ip
+from sarl.signals import stop_process_group
 
 log = logging.getLogger("sarl.launch")
 
@@ -199,22 +201,19 @@ def interface_ip(name: str) -> str:
 
 def node_ip_address(head: str, port: int, interface: str | None) -> str:
     """This node's IP address for Ray: that of `interface` (launcher.ray_interface), else that of the interface
-    that routes to `head` (the head's host name or address; on the head itself, its own address). A UDP
-    socket's connect() picks the route without sending anything."""
-    if interface:
-        ip = interface_ip(interface)
-    else:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((socket.gethostbyname(head), port))
-            ip = sock.getsockname()[0]
-    if ipaddress.ip_address(ip).is_loopback:
-        why = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
-            f"the head node's name {head!r} resolves to a loopback address there"
-        )
+    that routes to `head` (the head's host name or address; on the head itself, its own address)."""
+    where = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
+        f"the head node's name {head!r} resolves to a loopback address there"
+    )
+    try:
+        ip = interface_ip(interface) if interface else routable_ip(socket.gethostbyname(head))
+        if is_loopback(ip):
+            raise OSError(where)
+    except OSError as err:
         raise RuntimeError(
-            f"Ray would listen on {ip} (loopback) on {socket.gethostname()}: {why}; set launcher.ray_interface "
+            f"Ray has no usable address on {socket.gethostname()}: {err}; set launcher.ray_interface "
             "to the network interface the nodes reach each other on (e.g. ib0)"
-        )
+        ) from err
     return ip
 
 
@@ -274,19 +273,6 @@ def running_ray_head(
         with contextlib.suppress(FileNotFoundError):
             if record.read_text().strip() == address:
                 record.unlink()
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
-    """SIGTERM the process group that `proc` leads (started with start_new_session=True), SIGKILL after
-    `grace_s`: that child and whatever it started, nothing else."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
 
 
 class ModuleJob:

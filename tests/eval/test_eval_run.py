@@ -381,7 +381,9 @@ def test_a_checkpoint_resaved_in_place_is_evaluated_anew(full_run, tiny_chat_mod
     assert "generation: 0 of" in caplog.text and "structure statistics: 0 cached" in caplog.text
 
 
-def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer(full_run, tiny_chat_model, tmp_path, caplog):
+def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer(
+    full_run, tiny_chat_model, tmp_path, caplog
+):
     """A structure record made for another text is recomputed; a generation record whose text is null is
     warned about (file named) and generated again, not read as "no answer"."""
     import shutil
@@ -393,7 +395,8 @@ def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer
     entry = json.loads(structure_file.read_text())
     entry["record"]["text_hash"] = "0" * 16  # made for another response
     structure_file.write_text(json.dumps(entry))
-    gen_file = sorted(p for p in cache.rglob("toy_math/*/1.json") if "/gen-" in str(p) and "structure-" not in str(p))[0]
+    gens = [p for p in cache.rglob("toy_math/*/1.json") if "/gen-" in str(p) and "structure-" not in str(p)]
+    gen_file = sorted(gens)[0]
     entry = json.loads(gen_file.read_text())
     entry["record"]["text"] = None
     gen_file.write_text(json.dumps(entry))

@@ -3,7 +3,6 @@ row validates against the pinned verl's own schema and carries SARL Tables 6-7 e
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml

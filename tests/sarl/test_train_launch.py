@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config  # noqa: E402
-from sarl.embed.server import is_loopback, routable_ip  # noqa: E402
+from sarl.network import is_loopback, routable_ip  # noqa: E402
 from sarl.train import compose_train_config, experiment_name, planned_embedding_server, wandb_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +37,8 @@ def test_wandb_settings_travel_in_rays_runtime_env(tmp_path):
     """verl's trainer actor and workers run with the Ray daemons' environment (on several nodes those were
     started by `ray start` before sarl.train ran), so the W&B settings go into the runtime_env verl's
     run_ppo passes to ray.init."""
-    proc = dry_run("+exp=grpo_sarl_math", "logger.entity=my-team", f"run_dir={tmp_path / 'run'}", env={"WANDB_MODE": ""})
+    run_dir = f"run_dir={tmp_path / 'run'}"
+    proc = dry_run("+exp=grpo_sarl_math", "logger.entity=my-team", run_dir, env={"WANDB_MODE": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     env_vars = yaml.safe_load(proc.stdout)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert env_vars["WANDB_RUN_ID"] == "grpo_sarl_math-run" and env_vars["WANDB_RESUME"] == "allow"

@@ -156,7 +156,8 @@ class EmbeddingBudget:
     def summary(self) -> str:
         return (
             f"needs {self.need_gib:.2f} GiB (weights {self.weights_gib:.2f} + working set {self.working_gib:.2f} + "
-            f"KV cache of one {self.max_model_len}-token request {self.kv_gib:.2f}) of a {self.budget_gib:.2f} GiB budget"
+            f"KV cache of one {self.max_model_len}-token request {self.kv_gib:.2f}) "
+            f"of a {self.budget_gib:.2f} GiB budget"
         )
 
 
@@ -225,7 +226,8 @@ def gpu_memory_plan(
         processes += 1
     rollout = float(arr.rollout.gpu_memory_utilization) * gpu_gib
     contexts = Item("CUDA contexts", CONTEXT_GIB * (processes + 1), f"{processes + 1} processes x {CONTEXT_GIB} GiB")
-    generation = Phase("generation", [Item("vLLM rollout", rollout, "rollout.gpu_memory_utilization"), *resident, *shared, contexts])
+    vllm = Item("vLLM rollout", rollout, "rollout.gpu_memory_utilization")
+    generation = Phase("generation", [vllm, *resident, *shared, contexts])
     update = Phase("update", [*resident, *grads, *shared, contexts])
     return MemoryPlan(gpu_gib=gpu_gib, phases=[generation, update])
 

@@ -45,7 +45,8 @@ def tiny_checkpoint(tmp_path_factory, byte_tokenizer):
 
 def verl_cfg(exp, model_dir, tmp_path, *extra):
     cfg, choices = compose_train_config([f"+exp={exp}", f"model.path={model_dir}", *extra])
-    return build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), experiment_name(choices))
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    return build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
 
 
 def test_auto_takes_flash_attention_only_where_it_can_run():

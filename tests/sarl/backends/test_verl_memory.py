@@ -8,10 +8,11 @@ import pytest
 from omegaconf import OmegaConf
 
 pytest.importorskip("verl")
+from test_verl_attention import VERL_ROWS  # noqa: E402
+
 from sarl.backends.verl import memory  # noqa: E402
 from sarl.backends.verl.config import build_verl_config  # noqa: E402
 from sarl.train import compose_train_config, experiment_name, planned_embedding_server  # noqa: E402
-from test_verl_attention import VERL_ROWS  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 QWEN3_4B = MODELS / "qwen3_4b"
