@@ -171,3 +171,62 @@ def test_debug_switch_shows_the_traceback():
         env={**os.environ, "SARL_DEBUG": "1"},
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def prepare(tmp_path, *overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "sarl.data.prepare", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/h", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+
+
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("header_only.csv", ["header_only.csv has no rows", "only a header: ID, Year"]),
+        ("latin1.csv", ["latin1.csv line 2 is not UTF-8"]),
+        ("broken.parquet", ["broken.parquet is not a readable parquet file"]),
+        ("missing.csv", ["missing.csv does not exist"]),
+    ],
+)
+def test_prepare_names_the_bad_source(inputs, tmp_path, name, words):
+    proc = prepare(tmp_path, "dataset=aime_1983_2024", f"source.local_file={inputs / name}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    for w in words:
+        assert w in last, (w, last)
+    assert not (tmp_path / "data").exists()
+
+
+def test_eval_run_checks_its_settings_before_loading_anything(tmp_path):
+    def eval_run(*overrides):
+        return subprocess.run(
+            [sys.executable, "-m", "eval.run", f"paths.root={tmp_path}", "logger=none", *overrides],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    for overrides, words in (
+        ([f"ckpt={tmp_path / 'nope'}"], ["nope is not a directory"]),
+        ([f"ckpt={tmp_path}"], ["has no config.json"]),
+        ([f"ckpt={ckpt}", "sampling.n=0"], ["sampling.n=0", "an integer >= 1"]),
+        ([f"ckpt={ckpt}", "sampling.top_p=2"], ["sampling.top_p=2"]),
+        ([f"ckpt={ckpt}", "sampling.nn=2"], ["sampling.nn"]),
+        ([f"ckpt={ckpt}", f"cache_dir={ckpt / 'config.json' / 'cache'}"], ["cache_dir: cannot create"]),
+    ):
+        proc = eval_run(*overrides)
+        assert proc.returncode == 2, (overrides, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+        for w in words:
+            assert w in proc.stderr, (w, proc.stderr)

@@ -173,9 +173,9 @@ def print_summary(manifest: dict[str, Any]) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         manifest = prepare(cfg)
-    except (DataSourceError, DataValidationError) as err:
+    except (DataSourceError, DataValidationError) as err:  # the source or the config: the user's to fix
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2)
     print_summary(manifest)
 
 

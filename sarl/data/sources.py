@@ -18,6 +18,7 @@ names the source and pins it: the SHA-256 of a local file, or the requested revi
 from __future__ import annotations
 
 import csv
+import io
 import hashlib
 import json
 import logging
@@ -96,14 +97,23 @@ def load_local_file(name: str, path: Path) -> Loaded:
         )
     log.info("%s: reading %s (%s)", name, path, fmt)
     if fmt == "csv":
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            rows = [dict(r) for r in csv.DictReader(f)]
+        reader = csv.DictReader(io.StringIO(_utf8_text(name, path), newline=""))
+        rows = [dict(r) for r in reader]
+        if not rows:
+            header = f" (only a header: {', '.join(reader.fieldnames or [])})" if reader.fieldnames else ""
+            raise DataSourceError(f"dataset '{name}': {path} has no rows{header}")
     elif fmt == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows = pq.read_table(path).to_pylist()
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as err:
+            raise DataSourceError(f"dataset '{name}': {path} is not a readable parquet file ({err})") from err
     else:
         rows = _read_json(name, path, lines=fmt == "jsonl")
+    if not rows:
+        raise DataSourceError(f"dataset '{name}': {path} has no rows")
     bad = [i for i, r in enumerate(rows) if not isinstance(r, dict)]
     if bad:
         raise DataSourceError(f"dataset '{name}': {path}: rows {bad[:10]} are not JSON objects")
@@ -117,8 +127,20 @@ def load_local_file(name: str, path: Path) -> Loaded:
     return Loaded(rows=rows, record=record)
 
 
+def _utf8_text(name: str, path: Path) -> str:
+    """The file as text (UTF-8, a byte-order mark allowed); a DataSourceError names the line that is not."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataSourceError(
+            f"dataset '{name}': {path} line {line} is not UTF-8 (byte {err.start}); convert the file to UTF-8"
+        ) from err
+
+
 def _read_json(name: str, path: Path, lines: bool) -> list[Any]:
-    text = path.read_text(encoding="utf-8-sig")
+    text = _utf8_text(name, path)
     if not lines:
         try:
             data = json.loads(text)

@@ -412,7 +412,7 @@ def test_cli_with_an_unreachable_hub_source_gives_one_clear_error(tmp_path):
     """No network and nothing cached: the error names the data set and the local-file override, at once."""
     offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     proc = run_cli(tmp_path, "dataset=aime25", **offline)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()[-1]
     assert err.startswith("error: dataset 'aime25': cannot load 'math-ai/aime25', split 'test'")
     assert "python -m sarl.data.prepare dataset=aime25 source.local_file=" in err
