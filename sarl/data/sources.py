@@ -18,8 +18,8 @@ names the source and pins it: the SHA-256 of a local file, or the requested revi
 from __future__ import annotations
 
 import csv
-import io
 import hashlib
+import io
 import json
 import logging
 from dataclasses import dataclass, field
