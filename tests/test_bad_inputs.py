@@ -175,7 +175,8 @@ def test_debug_switch_shows_the_traceback():
 
 def prepare(tmp_path, *overrides):
     return subprocess.run(
-        [sys.executable, "-m", "sarl.data.prepare", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/h", *overrides],
+        [sys.executable, "-m", "sarl.data.prepare", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/h"]
+        + list(overrides),
         cwd=REPO,
         capture_output=True,
         text=True,
