@@ -231,3 +231,17 @@ def test_eval_run_checks_its_settings_before_loading_anything(tmp_path):
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
         for w in words:
             assert w in proc.stderr, (w, proc.stderr)
+
+
+def test_slurm_launcher_without_slurm_says_so(tmp_path):
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no sbatch on this PATH
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.train", "+exp=smoke", "launcher=slurm_h100", f"paths.root={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "needs SLURM's sbatch" in proc.stderr and "launcher=local" in proc.stderr

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from sarl.errors import UserError
 from sarl.network import is_loopback, routable_ip
 from sarl.signals import stop_process_group
 
@@ -398,9 +399,19 @@ def wait_for_ray_nodes(expected: int, address: str, timeout_s: float, head: subp
 def submit_module(module: str, argv: Sequence[str], launcher_cfg: Any, *, workdir: str | None = None):
     """Submit `python -m MODULE ARGV` (launcher overrides replaced by launcher=local) as a SLURM job;
     return the submitit job."""
+    import shutil
+
     import submitit
 
-    s = settings(launcher_cfg)
+    if shutil.which("sbatch") is None:
+        raise UserError(
+            "launcher=slurm_h100 needs SLURM's sbatch on PATH and there is none here: submit from a login node of "
+            "the cluster, or run here with launcher=local"
+        )
+    try:
+        s = settings(launcher_cfg)
+    except ValueError as err:
+        raise UserError(str(err)) from err
     folder = Path(s.log_dir) / "%j"
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=s.max_num_timeout)
     executor.update_parameters(**executor_parameters(replace(s, job_name=s.job_name or module.replace(".", "_"))))
