@@ -42,7 +42,7 @@ def test_packing_dedup_order_and_unit_norm(fake_server):
     assert sorted(len(r["input"]) for r in server.requests) == [2, 4, 4]
     assert sorted(server.inputs) == sorted(distinct)  # each distinct text sent once
     for r in server.requests:
-        assert r["model"] == "fake" and r["encoding_format"] == "float"
+        assert r["model"] == "fake" and r["encoding_format"] == "base64"
     for i, t in enumerate(texts):
         np.testing.assert_allclose(res.vectors[i], unit(server.vector(t)), rtol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(res.vectors, axis=1), 1.0, rtol=1e-6)
