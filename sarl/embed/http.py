@@ -111,6 +111,9 @@ class HTTPEmbedder(Embedder):
     server that rejects a base64 request (400/422, naming the encoding in its message) before
     any base64 answer succeeded is asked again with "float"; if that works, the embedder
     keeps to "float" from then on (counted in `stats.encoding_fallbacks`, logged once).
+    With `max_request_tokens`, a request also ends before its estimated tokens (UTF-8
+    bytes / 4 per text) would pass that budget, so long texts go in smaller requests; a
+    text over the budget goes alone.
     """
 
     def __init__(
@@ -130,6 +133,7 @@ class HTTPEmbedder(Embedder):
         split_on_client_error: bool = True,
         extra_body: dict[str, Any] | None = None,
         encoding_format: Literal["base64", "float"] = "base64",
+        max_request_tokens: int | None = None,
     ) -> None:
         super().__init__(dim=dim)
         if batch_size < 1 or max_concurrency < 1 or max_retries < 0:
@@ -138,6 +142,8 @@ class HTTPEmbedder(Embedder):
             raise ValueError("timeout_s must be > 0, backoff_s and backoff_max_s >= 0")
         if encoding_format not in ("base64", "float"):
             raise ValueError(f"encoding_format must be 'base64' or 'float', not {encoding_format!r}")
+        if max_request_tokens is not None and max_request_tokens < 1:
+            raise ValueError(f"max_request_tokens must be >= 1 or None, not {max_request_tokens}")
         if max_chars is not None and max_chars < 1:
             raise ValueError("max_chars must be >= 1 or None")
         if not str(url).startswith(("http://", "https://")):
@@ -159,6 +165,7 @@ class HTTPEmbedder(Embedder):
         self.split_on_client_error = split_on_client_error
         self.extra_body = dict(extra_body or {})
         self.encoding_format = encoding_format
+        self.max_request_tokens = max_request_tokens
         self._base64_answered = False  # a base64 request has succeeded: its errors are not the format's
         self.stats = HTTPEmbedderStats()
         self._lock = threading.Lock()
@@ -209,8 +216,8 @@ class HTTPEmbedder(Embedder):
             if cut:
                 self._count(texts_truncated=cut)
                 texts = [t[: self.max_chars] for t in texts]
-        starts = list(range(0, len(texts), self.batch_size))
-        chunks = [texts[s : s + self.batch_size] for s in starts]
+        starts = self._request_starts(texts)
+        chunks = [texts[s:e] for s, e in zip(starts, starts[1:] + [len(texts)])]
         workers = min(self.max_concurrency, len(chunks))
         if workers <= 1:
             results = [self._embed_chunk(c) for c in chunks]
@@ -227,6 +234,22 @@ class HTTPEmbedder(Embedder):
             vectors.extend(vecs)
             reasons.update({start + k: r for k, r in errs.items()})
         return vectors, reasons
+
+    def _request_starts(self, texts: list[str]) -> list[int]:
+        """Index of the first text of every request: at most `batch_size` texts and, with
+        `max_request_tokens`, at most that many estimated tokens (unless one text alone)."""
+        if self.max_request_tokens is None:
+            return list(range(0, len(texts), self.batch_size))
+        starts: list[int] = []
+        size = tokens = 0
+        for i, text in enumerate(texts):
+            cost = estimate_tokens(text)
+            if not starts or size == self.batch_size or tokens + cost > self.max_request_tokens:
+                starts.append(i)
+                size = tokens = 0
+            size += 1
+            tokens += cost
+        return starts
 
     def _embed_chunk(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
         """Vectors of one request's texts; on a client error, halves are tried apart."""
@@ -361,6 +384,11 @@ class HTTPEmbedder(Embedder):
         with self._lock:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count for request packing: UTF-8 bytes / 4 (BPE on English averages about 4)."""
+    return len(text.encode("utf-8")) // 4 + 1
 
 
 def _decode(embedding: Any) -> np.ndarray:
