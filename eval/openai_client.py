@@ -2,9 +2,9 @@
 
 Retries with jittered exponential backoff on 408, 409, 425, 429, 500, 502-504, timeouts, connection errors
 and a 200 whose body is not JSON (a `Retry-After` header replaces the backoff); any other status fails at once.
-Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`). `run_concurrently` maps a function over items on a thread pool
-with a progress bar and hands every result or error to a callback as it arrives, so callers can cache each
-one before the next finishes.
+Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`). `run_concurrently` maps a
+function over items on a thread pool with a progress bar and hands every result or error to a callback as it
+arrives, so callers can cache each one before the next finishes.
 """
 
 from __future__ import annotations

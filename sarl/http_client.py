@@ -145,7 +145,9 @@ class JSONClient:
         """The pooled `httpx.Client` (made on first use)."""
         with self._lock:
             if self._client is None:
-                limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
+                limits = httpx.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                )
                 self._client = httpx.Client(
                     headers=self.headers,
                     timeout=self._attempt_timeout(),

@@ -15,7 +15,6 @@ import base64
 import logging
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -344,9 +343,7 @@ class HTTPEmbedder(Embedder):
     def _log_retry(self, failure: AttemptFailure, retry: int, delay: float) -> None:
         self._count(retries=1)
         category, detail = self._describe(failure)
-        log.warning(
-            "%s: %s %s; retry %d/%d in %.2f s", category, self.endpoint, detail, retry, self.max_retries, delay
-        )
+        log.warning("%s: %s %s; retry %d/%d in %.2f s", category, self.endpoint, detail, retry, self.max_retries, delay)
 
     def _parse(self, resp: httpx.Response, n: int) -> list[np.ndarray]:
         """Vectors ordered by `data[*].index`; raises `_RequestFailed` if malformed."""
