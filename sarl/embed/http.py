@@ -168,19 +168,32 @@ class HTTPEmbedder(Embedder):
         self._base64_answered = False  # a base64 request has succeeded: its errors are not the format's
         self.stats = HTTPEmbedderStats()
         self._lock = threading.Lock()
-        key = os.environ.get(api_key_env) if api_key_env else None
-        self._http = JSONClient(
-            timeout_s=self.timeout_s,
-            retry=RetryPolicy(max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s),
-            headers={"Authorization": f"Bearer {key}"} if key else None,
-            max_connections=self.max_concurrency,
-        )
+        self._http: JSONClient | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def _client(self) -> JSONClient:
+        # Made on first use, so that the API key is read where the embedder runs (e.g. a Ray worker).
+        with self._lock:
+            if self._http is None:
+                key = os.environ.get(self.api_key_env) if self.api_key_env else None
+                retry = RetryPolicy(
+                    max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s
+                )
+                self._http = JSONClient(
+                    timeout_s=self.timeout_s,
+                    retry=retry,
+                    headers={"Authorization": f"Bearer {key}"} if key else None,
+                    max_connections=self.max_concurrency,
+                )
+            return self._http
+
     def close(self) -> None:
         """Closes the HTTP connection pool (a later call opens a new one)."""
-        self._http.close()
+        with self._lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
 
     def __enter__(self) -> HTTPEmbedder:
         return self
@@ -189,8 +202,9 @@ class HTTPEmbedder(Embedder):
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Picklable (e.g. shipped to a Ray worker): the lock and connection pool are remade there.
+        # Picklable (e.g. shipped to a Ray worker): the client and lock are remade there.
         state = self.__dict__.copy()
+        state["_http"] = None
         del state["_lock"]
         return state
 
@@ -201,7 +215,7 @@ class HTTPEmbedder(Embedder):
     def health(self, timeout_s: float = 5.0) -> bool:
         """True when `GET {base}/health` answers 2xx within `timeout_s`."""
         try:
-            resp = self._http.client.get(f"{self.base_url}/health", timeout=timeout_s)
+            resp = self._client().client.get(f"{self.base_url}/health", timeout=timeout_s)
         except httpx.HTTPError as exc:
             log.debug("health check of %s failed: %r", self.base_url, exc)
             return False
@@ -304,7 +318,7 @@ class HTTPEmbedder(Embedder):
     def _post_as(self, texts: list[str], encoding: str) -> list[np.ndarray]:
         body = {**self.extra_body, "model": self.model, "input": texts, "encoding_format": encoding}
         try:
-            vectors = self._http.post_json(
+            vectors = self._client().post_json(
                 self.endpoint,
                 body,
                 lambda resp: self._parse(resp, len(texts)),
