@@ -1,21 +1,25 @@
 """A small client for OpenAI-compatible `/chat/completions` endpoints (generation servers and judges).
 
-Retries with exponential backoff on 429, 5xx, timeouts and connection errors (a `Retry-After` header is
-honoured); any other status fails at once. `run_concurrently` maps a function over items on a thread pool
-with a progress bar and hands every result or error to a callback as it arrives, so callers can cache each
-one before the next finishes.
+Retries with jittered exponential backoff on 408, 409, 425, 429, 500, 502-504, timeouts, connection errors
+and a 200 whose body is not JSON (a `Retry-After` header replaces the backoff); any other status fails at once.
+Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`). `run_concurrently` maps a
+function over items on a thread pool with a progress bar and hands every result or error to a callback as it
+arrives, so callers can cache each one before the next finishes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    import httpx
+
+    from sarl.http_client import AttemptFailure
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,8 @@ def api_key_from_env(name: str | None) -> str | None:
 
 
 class ChatClient:
-    """POST `{base}/chat/completions` with retries; thread-safe (one httpx connection pool)."""
+    """POST `{base}/chat/completions` with retries; thread-safe (one httpx connection pool). `timeout_s` is
+    the total time one attempt may take: a server that trickles its answer is cut off then."""
 
     def __init__(
         self,
@@ -55,15 +60,23 @@ class ChatClient:
         backoff_s: float = 1.0,
         max_backoff_s: float = 60.0,
     ) -> None:
-        import httpx
+        from sarl.http_client import JSONClient, RetryPolicy
 
         self.base = api_base(url)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(headers=headers, timeout=self.timeout_s, trust_env=False)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        retry = RetryPolicy(
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            backoff_max_s=self.max_backoff_s,
+            jitter=True,
+            retry_status=RETRY_STATUS,
+            retry_after="instead",
+        )
+        self._http = JSONClient(timeout_s=self.timeout_s, retry=retry, headers=headers)
         self.counts = {"requests": 0, "retries": 0, "failures": 0}
         self._lock = threading.Lock()
 
@@ -71,49 +84,42 @@ class ChatClient:
         with self._lock:
             self.counts[key] += 1
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(float(retry_after), self.max_backoff_s)
-            except ValueError:
-                pass
-        return min(self.backoff_s * 2**attempt, self.max_backoff_s) * (0.5 + random.random() / 2)
-
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The JSON reply to one chat request; ChatRequestError when it fails for good."""
-        import httpx
+        from sarl.http_client import RequestFailed
 
         url = f"{self.base}/chat/completions"
-        last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            self._count("requests")
-            retry_after = None
-            try:
-                reply = self._client.post(url, json=payload)
-            except (httpx.TimeoutException, httpx.TransportError) as err:
-                last = f"{type(err).__name__}: {err}"
-            else:
-                if reply.status_code == 200:
-                    try:
-                        return reply.json()
-                    except ValueError as err:
-                        last = f"HTTP 200 with a body that is not JSON ({err})"
-                elif reply.status_code in RETRY_STATUS:
-                    last = f"HTTP {reply.status_code}: {reply.text[:300]}"
-                    retry_after = reply.headers.get("retry-after")
-                else:
-                    self._count("failures")
-                    raise ChatRequestError(f"{url} answered HTTP {reply.status_code}: {reply.text[:500]}")
-            if attempt < self.max_retries:
-                self._count("retries")
-                delay = self._delay(attempt, retry_after)
-                log.debug("chat request failed (%s); retry %d in %.1fs", last, attempt + 1, delay)
-                time.sleep(delay)
-        self._count("failures")
-        raise ChatRequestError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last}")
+        try:
+            return self._http.post_json(
+                url, payload, _json_body, on_attempt=lambda: self._count("requests"), on_retry=self._on_retry
+            )
+        except RequestFailed as err:
+            self._count("failures")
+            failure = err.failure
+            if not err.retryable and failure.response is not None:
+                raise ChatRequestError(
+                    f"{url} answered HTTP {failure.response.status_code}: {failure.response.text[:500]}"
+                ) from None
+            raise ChatRequestError(
+                f"{url} failed after {err.attempts} attempts; last error: {failure.describe()}"
+            ) from None
+
+    def _on_retry(self, failure: AttemptFailure, retry: int, delay: float) -> None:
+        self._count("retries")
+        log.debug("chat request failed (%s); retry %d in %.1fs", failure.describe(), retry, delay)
 
     def close(self) -> None:
-        self._client.close()
+        self._http.close()
+
+
+def _json_body(reply: httpx.Response) -> dict[str, Any]:
+    """The JSON of a 2xx reply; a body that is not JSON is worth another try."""
+    from sarl.http_client import UnusableResponse
+
+    try:
+        return reply.json()
+    except ValueError as err:
+        raise UnusableResponse(f"not JSON: {err}") from None
 
 
 def run_concurrently(

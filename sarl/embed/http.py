@@ -2,31 +2,31 @@
 
 SARL App. A.3 / SPEC section 1 "Embeddings": step texts are embedded by
 Qwen/Qwen3-Embedding-0.6B served with vLLM. The client packs distinct texts into
-requests of `batch_size`, sends them concurrently over one `httpx.Client`, retries
-transient errors with capped exponential backoff, and reports every text it could
-not embed with a reason; it never invents a vector.
+requests of `batch_size`, sends them concurrently over one pooled client
+(`sarl.http_client.JSONClient`: a total deadline per attempt, capped exponential backoff
+on transient errors), and reports every text it could not embed with a reason; it never
+invents a vector. Vectors travel as base64 float32 by default (`encoding_format`), which
+is much cheaper to decode than JSON floats.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
-import math
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import numpy as np
 
 from sarl.embed.base import Embedder
+from sarl.http_client import AttemptFailure, JSONClient, RequestFailed, RetryPolicy
 
 log = logging.getLogger(__name__)
 
-# Status codes worth another try: rate limiting and server-side errors.
-_RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 # Client errors that can come from one bad text (too long, empty, ...): a request with
 # several texts is split in halves so that only the offending texts fail.
 _SPLIT_STATUS = frozenset({400, 413, 422})
@@ -48,6 +48,7 @@ class HTTPEmbedderStats:
     split_requests: int = 0
     texts_embedded: int = 0
     texts_truncated: int = 0
+    encoding_fallbacks: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -103,7 +104,15 @@ class HTTPEmbedder(Embedder):
     timeouts, 408, 429 and 5xx are retried after `min(backoff_s * 2**attempt,
     backoff_max_s)` seconds; other 4xx are not, but with `split_on_client_error` a
     request of several texts answered 400/413/422 is split in halves so that only the
-    rejected texts fail.
+    rejected texts fail. `timeout_s` is the total time one attempt may take (a server
+    that trickles its answer is cut off then). `encoding_format` "base64" (little-endian
+    float32, as vLLM sends it) is decoded with numpy; "float" asks for JSON floats. A
+    server that rejects a base64 request (400/422, naming the encoding in its message) before
+    any base64 answer succeeded is asked again with "float"; if that works, the embedder
+    keeps to "float" from then on (counted in `stats.encoding_fallbacks`, logged once).
+    With `max_request_tokens`, a request also ends before its estimated tokens (UTF-8
+    bytes / 4 per text) would pass that budget, so long texts go in smaller requests; a
+    text over the budget goes alone.
     """
 
     def __init__(
@@ -122,12 +131,18 @@ class HTTPEmbedder(Embedder):
         max_chars: int | None = None,
         split_on_client_error: bool = True,
         extra_body: dict[str, Any] | None = None,
+        encoding_format: Literal["base64", "float"] = "base64",
+        max_request_tokens: int | None = None,
     ) -> None:
         super().__init__(dim=dim)
         if batch_size < 1 or max_concurrency < 1 or max_retries < 0:
             raise ValueError("batch_size and max_concurrency must be >= 1, max_retries >= 0")
         if timeout_s <= 0 or backoff_s < 0 or backoff_max_s < 0:
             raise ValueError("timeout_s must be > 0, backoff_s and backoff_max_s >= 0")
+        if encoding_format not in ("base64", "float"):
+            raise ValueError(f"encoding_format must be 'base64' or 'float', not {encoding_format!r}")
+        if max_request_tokens is not None and max_request_tokens < 1:
+            raise ValueError(f"max_request_tokens must be >= 1 or None, not {max_request_tokens}")
         if max_chars is not None and max_chars < 1:
             raise ValueError("max_chars must be >= 1 or None")
         if not str(url).startswith(("http://", "https://")):
@@ -148,35 +163,37 @@ class HTTPEmbedder(Embedder):
         self.max_chars = max_chars
         self.split_on_client_error = split_on_client_error
         self.extra_body = dict(extra_body or {})
+        self.encoding_format = encoding_format
+        self.max_request_tokens = max_request_tokens
+        self._base64_answered = False  # a base64 request has succeeded: its errors are not the format's
         self.stats = HTTPEmbedderStats()
         self._lock = threading.Lock()
-        self._client: httpx.Client | None = None
+        self._http: JSONClient | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _get_client(self) -> httpx.Client:
+    def _client(self) -> JSONClient:
+        # Made on first use, so that the API key is read where the embedder runs (e.g. a Ray worker).
         with self._lock:
-            if self._client is None:
-                headers = {}
+            if self._http is None:
                 key = os.environ.get(self.api_key_env) if self.api_key_env else None
-                if key:
-                    headers["Authorization"] = f"Bearer {key}"
-                self._client = httpx.Client(
-                    headers=headers,
-                    timeout=httpx.Timeout(self.timeout_s),
-                    limits=httpx.Limits(
-                        max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
-                    ),
-                    trust_env=False,  # never route a local embedding server through a proxy
+                retry = RetryPolicy(
+                    max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s
                 )
-            return self._client
+                self._http = JSONClient(
+                    timeout_s=self.timeout_s,
+                    retry=retry,
+                    headers={"Authorization": f"Bearer {key}"} if key else None,
+                    max_connections=self.max_concurrency,
+                )
+            return self._http
 
     def close(self) -> None:
         """Closes the HTTP connection pool (a later call opens a new one)."""
         with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
 
     def __enter__(self) -> HTTPEmbedder:
         return self
@@ -187,7 +204,7 @@ class HTTPEmbedder(Embedder):
     def __getstate__(self) -> dict[str, Any]:
         # Picklable (e.g. shipped to a Ray worker): the client and lock are remade there.
         state = self.__dict__.copy()
-        state["_client"] = None
+        state["_http"] = None
         del state["_lock"]
         return state
 
@@ -198,7 +215,7 @@ class HTTPEmbedder(Embedder):
     def health(self, timeout_s: float = 5.0) -> bool:
         """True when `GET {base}/health` answers 2xx within `timeout_s`."""
         try:
-            resp = self._get_client().get(f"{self.base_url}/health", timeout=timeout_s)
+            resp = self._client().client.get(f"{self.base_url}/health", timeout=timeout_s)
         except httpx.HTTPError as exc:
             log.debug("health check of %s failed: %r", self.base_url, exc)
             return False
@@ -212,8 +229,8 @@ class HTTPEmbedder(Embedder):
             if cut:
                 self._count(texts_truncated=cut)
                 texts = [t[: self.max_chars] for t in texts]
-        starts = list(range(0, len(texts), self.batch_size))
-        chunks = [texts[s : s + self.batch_size] for s in starts]
+        starts = self._request_starts(texts)
+        chunks = [texts[s:e] for s, e in zip(starts, starts[1:] + [len(texts)])]
         workers = min(self.max_concurrency, len(chunks))
         if workers <= 1:
             results = [self._embed_chunk(c) for c in chunks]
@@ -230,6 +247,22 @@ class HTTPEmbedder(Embedder):
             vectors.extend(vecs)
             reasons.update({start + k: r for k, r in errs.items()})
         return vectors, reasons
+
+    def _request_starts(self, texts: list[str]) -> list[int]:
+        """Index of the first text of every request: at most `batch_size` texts and, with
+        `max_request_tokens`, at most that many estimated tokens (unless one text alone)."""
+        if self.max_request_tokens is None:
+            return list(range(0, len(texts), self.batch_size))
+        starts: list[int] = []
+        size = tokens = 0
+        for i, text in enumerate(texts):
+            cost = estimate_tokens(text)
+            if not starts or size == self.batch_size or tokens + cost > self.max_request_tokens:
+                starts.append(i)
+                size = tokens = 0
+            size += 1
+            tokens += cost
+        return starts
 
     def _embed_chunk(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
         """Vectors of one request's texts; on a client error, halves are tried apart."""
@@ -256,52 +289,75 @@ class HTTPEmbedder(Embedder):
 
     def _post(self, texts: list[str]) -> list[np.ndarray]:
         """One request with retries; raises `_RequestFailed` once it cannot succeed."""
-        body = {**self.extra_body, "model": self.model, "input": texts, "encoding_format": "float"}
-        client = self._get_client()
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            self._count(requests=1)
-            retry_after: float | None = None
-            try:
-                resp = client.post(self.endpoint, json=body)
-            except httpx.TimeoutException as exc:
-                category = "embedding timeout"
-                detail = f"(no answer within {self.timeout_s:g} s; {type(exc).__name__}: {_short(str(exc))})"
-            except httpx.TransportError as exc:
-                category = "embedding server unreachable"
-                detail = f"({type(exc).__name__}: {_short(str(exc)) or 'connection failed'})"
-            else:
-                if resp.is_success:
-                    vectors = self._parse(resp, len(texts))
-                    self._count(texts_embedded=len(texts))
-                    return vectors
-                message = _server_message(resp)
-                if resp.status_code not in _RETRY_STATUS:
-                    self._count(failed_requests=1)
-                    reason = f"embedding server error: {self.endpoint} answered HTTP {resp.status_code}: {message}"
-                    raise _RequestFailed(reason, status=resp.status_code)
-                category = "embedding server error"
-                detail = f"(HTTP {resp.status_code}: {message})"
-                retry_after = _retry_after(resp)
-            if attempt + 1 < attempts:
-                delay = min(self.backoff_s * 2**attempt, self.backoff_max_s)
-                if retry_after is not None:
-                    delay = max(delay, min(retry_after, self.backoff_max_s))
-                self._count(retries=1)
+        encoding = self.encoding_format
+        try:
+            vectors = self._post_as(texts, encoding)
+        except _RequestFailed as exc:
+            if encoding != "base64" or exc.status not in (400, 422) or self._base64_answered:
+                raise
+            if "base64" not in exc.reason.lower() and "encoding" not in exc.reason.lower():
+                raise  # rejected for its texts (e.g. too long): the caller splits or fails them
+            # If the texts were the problem after all, the float request fails the same way.
+            vectors = self._post_as(texts, "float")
+            with self._lock:
+                switched, self.encoding_format = self.encoding_format == "base64", "float"
+                if switched:
+                    self.stats.encoding_fallbacks += 1
+            if switched:
                 log.warning(
-                    "%s: %s %s; retry %d/%d in %.2f s",
-                    category,
+                    "%s rejected encoding_format=base64 (%s) but answered float; using float from now on "
+                    "(set encoding_format: float for this server)",
                     self.endpoint,
-                    detail,
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
+                    exc.reason,
                 )
-                time.sleep(delay)
-        self._count(failed_requests=1)
-        reason = f"{category}: {self.endpoint} after {attempts} attempts {detail}"
-        log.warning("%s (%d texts failed)", reason, len(texts))
-        raise _RequestFailed(reason)
+            return vectors
+        if encoding == "base64":
+            self._base64_answered = True
+        return vectors
+
+    def _post_as(self, texts: list[str], encoding: str) -> list[np.ndarray]:
+        body = {**self.extra_body, "model": self.model, "input": texts, "encoding_format": encoding}
+        try:
+            vectors = self._client().post_json(
+                self.endpoint,
+                body,
+                lambda resp: self._parse(resp, len(texts)),
+                on_attempt=lambda: self._count(requests=1),
+                on_retry=self._log_retry,
+            )
+        except RequestFailed as exc:
+            self._count(failed_requests=1)
+            failure = exc.failure
+            if not exc.retryable:
+                assert failure.response is not None  # only a status outside the policy is not retried
+                status = failure.response.status_code
+                message = _server_message(failure.response)
+                reason = f"embedding server error: {self.endpoint} answered HTTP {status}: {message}"
+                raise _RequestFailed(reason, status=status) from None
+            category, detail = self._describe(failure)
+            reason = f"{category}: {self.endpoint} after {exc.attempts} attempts {detail}"
+            log.warning("%s (%d texts failed)", reason, len(texts))
+            raise _RequestFailed(reason) from None
+        self._count(texts_embedded=len(texts))
+        return vectors
+
+    def _describe(self, failure: AttemptFailure) -> tuple[str, str]:
+        """(category, detail) of a failed attempt, for reasons and logs."""
+        if failure.kind == "timeout":
+            err = failure.error
+            return "embedding timeout", (
+                f"(no answer within {self.timeout_s:g} s; {type(err).__name__}: {_short(str(err))})"
+            )
+        if failure.kind == "unreachable":
+            err = failure.error
+            return "embedding server unreachable", f"({type(err).__name__}: {_short(str(err)) or 'connection failed'})"
+        assert failure.response is not None
+        return "embedding server error", f"(HTTP {failure.response.status_code}: {_server_message(failure.response)})"
+
+    def _log_retry(self, failure: AttemptFailure, retry: int, delay: float) -> None:
+        self._count(retries=1)
+        category, detail = self._describe(failure)
+        log.warning("%s: %s %s; retry %d/%d in %.2f s", category, self.endpoint, detail, retry, self.max_retries, delay)
 
     def _parse(self, resp: httpx.Response, n: int) -> list[np.ndarray]:
         """Vectors ordered by `data[*].index`; raises `_RequestFailed` if malformed."""
@@ -319,7 +375,7 @@ class HTTPEmbedder(Embedder):
                     raise ValueError(f"bad index {index!r}")
                 if out[index] is not None:
                     raise ValueError(f"index {index} appears twice")
-                vec = np.asarray(item["embedding"])
+                vec = _decode(item["embedding"])
                 if vec.ndim != 1 or vec.dtype.kind not in "iuf":
                     raise ValueError(f"embedding {index} is not a flat list of numbers")
                 out[index] = vec.astype(np.float64)
@@ -341,11 +397,13 @@ class HTTPEmbedder(Embedder):
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
-    """Seconds from a numeric `Retry-After` header, if any."""
-    value = resp.headers.get("retry-after")
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
+def estimate_tokens(text: str) -> int:
+    """A rough token count for request packing: UTF-8 bytes / 4 (BPE on English averages about 4)."""
+    return len(text.encode("utf-8")) // 4 + 1
+
+
+def _decode(embedding: Any) -> np.ndarray:
+    """A vector from a base64 string (little-endian float32) or a list of numbers."""
+    if isinstance(embedding, str):
+        return np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4")
+    return np.asarray(embedding)

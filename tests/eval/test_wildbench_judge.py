@@ -176,7 +176,7 @@ def test_judgements_run_concurrently_and_each_is_reported(chat_server):
 def test_api_key_is_sent_as_bearer_token(chat_server):
     server = chat_server(lambda s, body: (200, chat_reply('{"score": "5"}')))
     client = ChatClient(server.url, api_key="sk-test")
-    assert client._client.headers.get("authorization") == "Bearer sk-test"
+    assert client._http.client.headers.get("authorization") == "Bearer sk-test"
     assert client.chat({"model": "m", "messages": []})["choices"][0]["message"]["content"] == '{"score": "5"}'
     client.close()
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -37,7 +38,9 @@ class FakeEmbeddingServer:
     in flight at once. `script` is a list of (status, payload) answers served to the
     first requests; `respond` replaces the default answer; `delay_s` is slept in the
     handler before answering. Data items are returned in reverse order (with correct
-    `index`), so a client that ignores `index` gets the order wrong.
+    `index`), so a client that ignores `index` gets the order wrong. Vectors are JSON
+    floats, or base64 little-endian float32 when the request asks for `encoding_format`
+    "base64" (as vLLM sends them).
     """
 
     # Special inputs answered with a broken vector.
@@ -81,7 +84,11 @@ class FakeEmbeddingServer:
 
     def embeddings_payload(self, body: dict[str, Any]) -> dict[str, Any]:
         inputs = body["input"]
-        data = [{"object": "embedding", "index": i, "embedding": self.vector(t).tolist()} for i, t in enumerate(inputs)]
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {"object": "embedding", "index": i, "embedding": _encode(self.vector(t), as_base64)}
+            for i, t in enumerate(inputs)
+        ]
         return {
             "object": "list",
             "model": body.get("model"),
@@ -154,6 +161,11 @@ class FakeEmbeddingServer:
                         server.in_flight -= 1
 
         return Handler
+
+
+def _encode(vector: np.ndarray, as_base64: bool) -> Any:
+    """A vector as vLLM answers it: base64 of little-endian float32, or a list of floats."""
+    return base64.b64encode(vector.astype("<f4").tobytes()).decode() if as_base64 else vector.tolist()
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def test_packing_dedup_order_and_unit_norm(fake_server):
     assert sorted(len(r["input"]) for r in server.requests) == [2, 4, 4]
     assert sorted(server.inputs) == sorted(distinct)  # each distinct text sent once
     for r in server.requests:
-        assert r["model"] == "fake" and r["encoding_format"] == "float"
+        assert r["model"] == "fake" and r["encoding_format"] == "base64"
     for i, t in enumerate(texts):
         np.testing.assert_allclose(res.vectors[i], unit(server.vector(t)), rtol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(res.vectors, axis=1), 1.0, rtol=1e-6)
@@ -295,6 +295,8 @@ MALFORMED = {
         {"data": _items(b, lambda i, t: {"index": i + 5, "embedding": [1.0] * 8})},
     ),
     "item not an object": lambda s, b: (200, {"data": [1.0] * len(b["input"])}),
+    "bad base64": lambda s, b: (200, {"data": _items(b, lambda i, t: {"index": i, "embedding": "not base64!"})}),
+    "base64 of 3 bytes": lambda s, b: (200, {"data": _items(b, lambda i, t: {"index": i, "embedding": "AAAA"})}),
 }
 
 
@@ -359,6 +361,20 @@ def test_vllm_server_matches_sentence_transformers(vllm_server, minilm_dir):
 
 @pytest.mark.vllm
 @pytest.mark.slow
+def test_vllm_base64_and_float_transports_agree(vllm_server):
+    texts = SENTENCES + ["word " * 400]  # one over-long input, truncated by the server
+    kwargs = dict(url=vllm_server, model=VLLM_MODEL_NAME, batch_size=4, timeout_s=60.0)
+    kwargs["extra_body"] = {"truncate_prompt_tokens": -1}
+    with HTTPEmbedder(**kwargs) as b64, HTTPEmbedder(**kwargs, encoding_format="float") as floats:
+        got_b64, got_float = b64.embed(texts), floats.embed(texts)
+    assert got_b64.failed == got_float.failed == {}
+    assert b64.encoding_format == "base64" and b64.stats.encoding_fallbacks == 0
+    # Both carry the server's float32 values: equal to float32 precision (unit vectors).
+    np.testing.assert_allclose(got_b64.vectors, got_float.vectors, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
 def test_vllm_wrong_model_name_fails_cleanly(vllm_server):
     with HTTPEmbedder(url=vllm_server, model="no-such-model", max_retries=2) as emb:
         res = emb.embed(["a", "b"])
@@ -392,6 +408,65 @@ def test_vllm_over_long_input(vllm_server, minilm_dir):
     ref = SentenceTransformer(minilm_dir, device="cpu").encode(texts, normalize_embeddings=True)
     cos = np.sum(res.vectors * ref, axis=1)
     assert (cos > 0.99).all(), cos
+
+
+def test_requests_packed_by_token_budget(fake_server):
+    from sarl.embed.http import estimate_tokens
+
+    server = fake_server()
+    short, long = [f"s{i}" for i in range(6)], ["x" * 400, "y" * 400]  # 2 and 101 estimated tokens
+    assert estimate_tokens(short[0]) == 1 and estimate_tokens(long[0]) == 101
+    texts = short[:3] + long + short[3:]
+    with make(server.url, batch_size=4, max_concurrency=1, max_request_tokens=120) as emb:
+        res = emb.embed(texts)
+    assert res.failed == {}
+    assert [r["input"] for r in server.requests] == [short[:3] + long[:1], long[1:] + short[3:]]
+    server.requests.clear()
+    with make(server.url, batch_size=4, max_concurrency=1, max_request_tokens=50) as emb:
+        assert emb.embed(texts).failed == {}  # a text over the budget goes alone
+    assert [r["input"] for r in server.requests] == [short[:3], long[:1], long[1:], short[3:]]
+    with pytest.raises(ValueError, match="max_request_tokens"):
+        make(server.url, max_request_tokens=0)
+
+
+# -- transport encodings -------------------------------------------------------------------
+
+
+def test_float_encoding_gives_the_same_vectors(fake_server):
+    server = fake_server(dim=8)
+    texts = ["alpha", "beta", "gamma"]
+    with make(server.url) as b64, make(server.url, encoding_format="float") as floats:
+        got_b64, got_float = b64.embed(texts), floats.embed(texts)
+    assert [r["encoding_format"] for r in server.requests] == ["base64", "float"]
+    assert got_b64.failed == got_float.failed == {}
+    np.testing.assert_array_equal(got_b64.vectors, got_float.vectors)  # the fake's values are exact in float32
+    with pytest.raises(ValueError, match="encoding_format"):
+        make(server.url, encoding_format="binary")
+
+
+def test_server_without_base64_falls_back_to_float_once(fake_server, caplog):
+    def respond(server, body):
+        if body["encoding_format"] == "base64":
+            return 400, {"error": {"message": "encoding_format: Input should be 'float'"}}
+        return 200, server.embeddings_payload(body)
+
+    server = fake_server(respond=respond)
+    with caplog.at_level(logging.WARNING), make(server.url, batch_size=2, max_concurrency=1) as emb:
+        assert emb.embed(["a", "b", "c", "d"]).failed == {}
+        assert emb.embed(["e"]).failed == {}
+    assert [r["encoding_format"] for r in server.requests] == ["base64", "float", "float", "float"]
+    assert emb.encoding_format == "float" and emb.stats.encoding_fallbacks == 1
+    assert emb.stats.retries == 0 and emb.stats.texts_embedded == 5
+    assert sum("rejected encoding_format=base64" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_base64_errors_about_the_texts_do_not_switch_to_float(fake_server):
+    server = fake_server(script=[(400, {"error": {"message": "input is too long"}})])
+    with make(server.url, split_on_client_error=False) as emb:
+        assert set(emb.embed(["a"]).failed) == {0}
+        assert emb.embed(["b"]).failed == {}
+    assert [r["encoding_format"] for r in server.requests] == ["base64", "base64"]
+    assert emb.encoding_format == "base64" and emb.stats.encoding_fallbacks == 0
 
 
 def test_url_must_be_http():
