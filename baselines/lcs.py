@@ -1,4 +1,4 @@
-"""LCS reward of Structured Reasoning (seed 004 Sec. 4.3 "The Longest Common Subsequence Reward", Eq. 6-7).
+"""LCS reward of Structured Reasoning (Sec. 4.3 "The Longest Common Subsequence Reward", Eq. 6-7).
 
 For the n completions of a prompt, per ordered pair (i, j), i != j:
 - LCS(r_i, r_j): the longest common subsequence of their step tags (standard DP, tag equality);
@@ -17,8 +17,11 @@ Decisions where the paper is silent:
 - an untagged step (tag "") matches nothing but counts in L_i;
 - L_i = 0 (no steps, or only empty ones): L_lcs/L_i := 0; both lengths 0: ratio_k := 1/2 (its value at
   l_ik = l_jk; the term is 0 anyway);
-- a group of one completion: r_lcs = 0 (no pair); no correct completion in the group: the formula as it
-  stands (every pair "both wrong");
+- a group of one completion: r_lcs = 0 (no pair);
+- no correct completion in the group: no LCS term, r_lcs = 0 for every completion, so the score is the
+  format part alone (Sec. 4.3: "The LCS reward requires at least one correct completion as reference"; the
+  paper does not say what replaces it, and 0 is the term's absence). Only completions whose correctness
+  was judged count: a row without a gold answer is no reference. Such rows say so in `no_reference`.
 - step lengths count the step's text without the tag markup (`baselines.token_count`: the policy tokenizer
   when configured, else whitespace words);
 - a completion whose correctness cannot be judged (no gold answer) takes no part in its group's pairs, scores
@@ -42,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def lcs_matches(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
     """Index pairs (k_a, k_b) of a longest common subsequence of `a` and `b` ("" matches nothing), in order.
-    Standard DP (seed 004 Sec. 4.3, O(|a| |b|)); ties as in the module docstring."""
+    Standard DP (Structured Reasoning Sec. 4.3, O(|a| |b|)); ties as in the module docstring."""
     n, m = len(a), len(b)
     dp = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(1, n + 1):
@@ -66,7 +69,8 @@ def lcs_matches(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def length_ratio(l_i: float, l_j: float) -> float:
-    """Seed 004 Sec. 4.3 length suppression factor: l_j / (2 l_i) if l_i > l_j, else 1 - l_i / (2 l_j)."""
+    """Structured Reasoning Sec. 4.3 length suppression factor: l_j / (2 l_i) if l_i > l_j, else
+    1 - l_i / (2 l_j)."""
     if l_i > l_j:
         return l_j / (2.0 * l_i)
     if l_j == 0:
@@ -77,7 +81,8 @@ def length_ratio(l_i: float, l_j: float) -> float:
 def weighted_lcs_share(
     tags_i: Sequence[str], lengths_i: Sequence[float], tags_j: Sequence[str], lengths_j: Sequence[float]
 ) -> float:
-    """L_lcs / L_i with L_lcs = sum_k ratio_k l_ik over the LCS matches (seed 004 Sec. 4.3); 0 if L_i = 0."""
+    """L_lcs / L_i with L_lcs = sum_k ratio_k l_ik over the LCS matches (Structured Reasoning Sec. 4.3);
+    0 if L_i = 0."""
     total = float(sum(lengths_i))
     if total <= 0:
         return 0.0
@@ -86,7 +91,7 @@ def weighted_lcs_share(
 
 
 def pair_score(share: float, correct_i: bool, correct_j: bool) -> float:
-    """Seed 004 Eq. (6) from share = L_lcs / L_i."""
+    """Structured Reasoning Eq. (6) from share = L_lcs / L_i."""
     if correct_i and correct_j:
         return share
     if not correct_i and not correct_j:
@@ -97,7 +102,8 @@ def pair_score(share: float, correct_i: bool, correct_j: bool) -> float:
 
 
 def lcs_rewards(tag_seqs: list[list[str]], step_lengths: list[list[int]], correct: list[bool]) -> list[float]:
-    """r_lcs of every completion of one prompt (seed 004 Eq. 6-7): the mean of Score(i, j) over j != i."""
+    """r_lcs of every completion of one prompt (Structured Reasoning Eq. 6-7): the mean of Score(i, j) over
+    j != i; 0 for all when no completion is correct (Sec. 4.3, module docstring)."""
     n = len(tag_seqs)
     if len(step_lengths) != n or len(correct) != n:
         raise ValueError(
@@ -109,7 +115,7 @@ def lcs_rewards(tag_seqs: list[list[str]], step_lengths: list[list[int]], correc
             raise ValueError(f"completion {i} has {len(tags)} tags but {len(lengths)} step lengths")
         if any(x < 0 for x in lengths):
             raise ValueError(f"completion {i} has a negative step length: {list(lengths)}")
-    if n < 2:
+    if n < 2 or not any(correct):  # Sec. 4.3: LCS "requires at least one correct completion as reference"
         return [0.0] * n
     out = []
     for i in range(n):
@@ -118,20 +124,29 @@ def lcs_rewards(tag_seqs: list[list[str]], step_lengths: list[list[int]], correc
             if j != i:
                 share = weighted_lcs_share(tag_seqs[i], step_lengths[i], tag_seqs[j], step_lengths[j])
                 total += pair_score(share, bool(correct[i]), bool(correct[j]))
-        out.append(total / (n - 1))  # seed 004 Eq. (7)
+        out.append(total / (n - 1))  # Structured Reasoning Eq. (7)
     return out
 
 
 class LCSReward:
-    """Seed 004's LCS group reward: lcs_weight * r_lcs + format_weight * format.
+    """Structured Reasoning's LCS group reward: lcs_weight * r_lcs + format_weight * format.
 
     Diagnostics: `acc`, `format`, `r_lcs`, `n_steps`, `untagged_prefix`, `truncated`, `group_size` (the
-    completions compared). Correctness is the ground-truth check (`eval.grading`, last `\\boxed{}` after
-    `</think>`).
+    completions compared), `no_reference` (1 when none of them is correct: no LCS term, Sec. 4.3).
+    Correctness is the ground-truth check (`eval.grading`, last `\\boxed{}` after `</think>`).
     """
 
     group_reward = True  # Eq. (7) compares a completion with its siblings (RolloutBatch.group_ids)
-    diagnostic_keys = ("acc", "format", "r_lcs", "n_steps", "untagged_prefix", "truncated", "group_size")
+    diagnostic_keys = (
+        "acc",
+        "format",
+        "r_lcs",
+        "n_steps",
+        "untagged_prefix",
+        "truncated",
+        "group_size",
+        "no_reference",
+    )
 
     def __init__(
         self,
@@ -154,11 +169,13 @@ class LCSReward:
         out: list[RewardOutput | None] = [None] * len(batch)
         for rows in batch.groups().values():
             judged = [i for i in rows if graded[i].failed is None]
+            correct = [graded[i].diagnostics["acc"] == 1.0 for i in judged]
             r_lcs = lcs_rewards(
                 [parsed[i].tag_sequence for i in judged],
                 [[self.count_tokens(s.text) for s in parsed[i].steps] for i in judged],
-                [graded[i].diagnostics["acc"] == 1.0 for i in judged],
+                correct,
             )
+            no_reference = float(not any(correct))
             lcs_of = dict(zip(judged, r_lcs))
             for i in rows:
                 p, fmt = parsed[i], format_score(parsed[i])
@@ -169,6 +186,7 @@ class LCSReward:
                     "untagged_prefix": float(p.untagged_prefix),
                     "truncated": float(p.truncated),
                     "group_size": float(len(judged)),
+                    "no_reference": no_reference,
                 }
                 if i not in lcs_of:
                     out[i] = RewardOutput(self.failed_score, diag, graded[i].failed)

@@ -1,4 +1,4 @@
-"""MaxFlow reward of Structured Reasoning (seed 004 Sec. 4.2-4.3, App. E.2, F).
+"""MaxFlow reward of Structured Reasoning (Structured Reasoning Sec. 4.2-4.3, App. E.2, F).
 
 Per response:
 1. Nodes: node 0 the question (the prompt), then the reasoning steps (`baselines.structured_prompt`), the
@@ -6,7 +6,9 @@ Per response:
 2. Step-to-step attention (Eq. 3), from an eager forward pass of the policy over prompt + response, averaged
    over chosen layers (the paper: layers 23-27, the last five of 28):
        A_ij = 1/(H |T_i|) sum_h sum_{a in T_i} max_{b in T_j} Att_h[a, b].
-3. Capacity graph (Sec. 4.3 (a)): an edge with capacity A_ij where A_ij > tau = 0.05.
+3. Capacity graph (Sec. 4.3 (a), App. E.2): an edge with capacity A_ij where A_ij > tau = 0.05; the weaker
+   edges are "pruned to zero while maintaining connectivity" (App. E.2), so a weak edge stays where the
+   answer could not be reached from the question without it (`capacity_graph`).
 4. Step importance (Sec. 4.3 (b)): F = max flow node 0 -> node n-1; dF_k = F - F_{-k} for every
    intermediate node k (F_{-k}: max flow with k removed).
 5. Quality (Eq. 4): Q = 1 - sum_{k in K_top} dF_k / sum_k dF_k, K_top the top 25% intermediate nodes by dF.
@@ -20,6 +22,12 @@ Decisions where the paper is silent or contradicts itself:
 - Tokens are split among nodes by character: node 0 is every prompt token (chat template included), a step
   runs from its opening tag to the next node's start, the answer from its first character to the end;
   every token belongs to exactly one node (the one holding its first character).
+- "Maintaining connectivity" (App. E.2, which names neither the edges nor the order) is read as: the
+  answer stays reachable from the question along directed edges -- the connectivity App. F's Algorithm 2
+  tests (BFS-CONNECTED(G, s, t)), and the only one the s-t flow depends on. Weak edges (0 < A_ij <= tau)
+  are pruned one at a time, weakest first (ties: lower source index, then lower target index), and an
+  edge whose removal would cut every question -> answer path is kept with capacity A_ij. Strong edges
+  are never pruned; if even the unpruned graph has no question -> answer path, every weak edge goes.
 - Q = 0 when sum dF = 0 or there are fewer than 2 intermediate nodes; |K_top| = ceil(25% of them).
 - No answer text after `</think>`: the last step is the answer node (flagged `answer_is_last_step`).
 - The attention pass runs only for correct answers (a wrong one scores -1 whatever the graph).
@@ -50,8 +58,8 @@ from sarl.interface import RewardOutput, RolloutBatch, record_failures
 
 log = logging.getLogger(__name__)
 
-TAU = 0.05  # seed 004 Sec. 4.3 (a), App. E.2
-TOP_FRACTION = 0.25  # seed 004 Sec. 4.3 (c)
+TAU = 0.05  # Structured Reasoning Sec. 4.3 (a), App. E.2
+TOP_FRACTION = 0.25  # Structured Reasoning Sec. 4.3 (c)
 
 # ---------------------------------------------------------------------------------------------------------
 # Step attention (Eq. 3) and the capacity graph
@@ -59,7 +67,7 @@ TOP_FRACTION = 0.25  # seed 004 Sec. 4.3 (c)
 
 
 def step_attention(attn: Any, spans: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Seed 004 Eq. (3) for one layer: A_ij = 1/(H |T_i|) sum_h sum_{a in T_i} max_{b in T_j} Att_h[a, b].
+    """Structured Reasoning Eq. (3) for one layer: A_ij = 1/(H |T_i|) sum_h sum_{a in T_i} max_{b in T_j} Att_h[a, b].
 
     `attn` is one layer's attention (H x T x T, rows = queries; a torch tensor or an array), `spans` the
     token range [start, end) of each node. A node with no tokens gets a zero row and column.
@@ -91,12 +99,55 @@ def step_attention(attn: Any, spans: Sequence[tuple[int, int]]) -> np.ndarray:
 
 def capacity_graph(step_att: np.ndarray, tau: float = TAU) -> np.ndarray:
     """Capacity matrix C (C[u, v] = capacity of edge u -> v) of the reasoning graph: for j < i an edge
-    j -> i with capacity A_ij where A_ij > tau (seed 004 Sec. 4.3 (a); direction: module docstring)."""
+    j -> i with capacity A_ij where A_ij > tau (Structured Reasoning Sec. 4.3 (a); direction: module
+    docstring), plus the weak edges (0 < A_ij <= tau) without which the answer (the last node) could not be
+    reached from the question (node 0): App. E.2 prunes them "while maintaining connectivity" (the rule and
+    its order: module docstring)."""
     a = np.asarray(step_att, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"step attention must be n x n, got shape {a.shape}")
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
     lower = np.tril(a, -1)
-    return np.where(lower > tau, lower, 0.0).T.copy()
+    cap = np.where(lower > 0, lower, 0.0).T.copy()  # every attended pair, earlier -> later
+    weak = sorted((float(cap[u, v]), int(u), int(v)) for u, v in zip(*np.nonzero((cap > 0) & (cap <= tau))))
+    n = len(cap)
+    if not weak:
+        return cap
+    succ = [set(np.flatnonzero(row).tolist()) for row in cap]
+    path = _st_path_edges(succ, 0, n - 1)
+    for _, u, v in weak:  # App. E.2: weakest first, each pruned unless it cuts question -> answer
+        succ[u].discard(v)
+        if path is not None and (u, v) in path:
+            rerouted = _st_path_edges(succ, 0, n - 1)
+            if rerouted is None:
+                succ[u].add(v)  # a cut edge: kept to maintain connectivity
+                continue
+            path = rerouted
+        cap[u, v] = 0.0
+    return cap
+
+
+def _st_path_edges(succ: list[set[int]], s: int, t: int) -> set[tuple[int, int]] | None:
+    """The edges of one directed s -> t path (breadth-first search over successor sets), or None if t is
+    unreachable from s. Only an edge on this path can cut s from t when removed, so `capacity_graph`
+    searches again only for those."""
+    parent = {s: s}
+    queue = deque([s])
+    while queue and t not in parent:
+        u = queue.popleft()
+        for v in succ[u]:
+            if v not in parent:
+                parent[v] = u
+                queue.append(v)
+    if t not in parent:
+        return None
+    edges = set()
+    v = t
+    while v != s:
+        edges.add((parent[v], v))
+        v = parent[v]
+    return edges
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -244,7 +295,7 @@ def max_flow_value(capacity: Any, source: int = 0, sink: int = -1) -> float:
 
 
 def step_importance(capacity: Any) -> tuple[float, np.ndarray]:
-    """F and dF_k = F - F_{-k} for every intermediate node k (seed 004 Sec. 4.3 (b)); node 0 is the
+    """F and dF_k = F - F_{-k} for every intermediate node k (Structured Reasoning Sec. 4.3 (b)); node 0 is the
     source, the last node the sink; dF is 0 at both. Dinic plus residual reuse (App. F, Algorithm 2)."""
     cap = _check_capacity(capacity)
     n = len(cap)
@@ -275,7 +326,7 @@ def step_importance(capacity: Any) -> tuple[float, np.ndarray]:
 
 
 def maxflow_quality(capacity: np.ndarray) -> float:
-    """Seed 004 Eq. (4): Q = 1 - sum_{k in K_top} dF_k / sum_k dF_k over the intermediate nodes, K_top the
+    """Structured Reasoning Eq. (4): Q = 1 - sum_{k in K_top} dF_k / sum_k dF_k over the intermediate nodes, K_top the
     ceil(25%) with the largest dF; node 0 the question, the last node the answer. Q = 0 when sum dF = 0 or
     there are fewer than 2 intermediate nodes."""
     cap = _check_capacity(capacity)
@@ -292,7 +343,7 @@ def quality_from_importance(delta: np.ndarray) -> float:
     if len(inner) < 2 or total <= 1e-12:
         return 0.0
     top = math.ceil(TOP_FRACTION * len(inner))
-    return float(1.0 - np.sort(inner)[::-1][:top].sum() / total)  # seed 004 Eq. (4)
+    return float(1.0 - np.sort(inner)[::-1][:top].sum() / total)  # Structured Reasoning Eq. (4)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -313,7 +364,7 @@ def _decoder_layers(model: Any) -> Any:
 
 
 class StepAttention:
-    """Step-to-step attention (seed 004 Eq. 3) of prompt + response, averaged over chosen layers.
+    """Step-to-step attention (Structured Reasoning Eq. 3) of prompt + response, averaged over chosen layers.
 
     `model` is a loaded transformers model or a path/id (loaded with `AutoModel`, eager attention); `layers`
     index the decoder layers (negative: from the end; the paper's 23-27 of 28 are -5..-1). One eager forward
@@ -438,7 +489,7 @@ class StepAttention:
 
 
 class MaxFlowReward:
-    """Seed 004's MaxFlow reward: maxflow_weight * r_maxflow + format_weight * format, where
+    """Structured Reasoning's MaxFlow reward: maxflow_weight * r_maxflow + format_weight * format, where
     r_maxflow = Q (Eq. 4) for a correct answer and -1 otherwise (Sec. 4.3).
 
     `model`/`tokenizer`: the policy checkpoint whose attention builds the graph (`StepAttention`), or a
@@ -525,7 +576,7 @@ class MaxFlowReward:
         if acc == 1.0 and not (isinstance(prompt, str) and prompt.strip()):
             return RewardOutput(self.failed_score, diag, "no prompt text: the question is node 0 of the graph")
         if acc < 1.0:
-            diag["r_maxflow"] = -1.0  # seed 004 Sec. 4.3: -1 for a wrong answer
+            diag["r_maxflow"] = -1.0  # Structured Reasoning Sec. 4.3: -1 for a wrong answer
             return RewardOutput(self.maxflow_weight * -1.0 + self.format_weight * fmt, diag)
         try:
             q, flow, n_edges, last_step = self._quality(prompt, parsed)

@@ -1,5 +1,5 @@
 """Structured Reasoning's prompt, tagged-step parser and format score, and the LCS group reward
-(seed 004 Sec. 4.3 Eq. 6-7, App. A.4, A.14) on hand-worked cases and through both backends' adapters."""
+(Structured Reasoning Sec. 4.3 Eq. 6-7, App. A.4, A.14) on hand-worked cases and through both backends' adapters."""
 
 from pathlib import Path
 
@@ -138,7 +138,7 @@ def test_lcs_rewards_hand_worked():
     0.25 -> 5): 8.75/25 = 0.35, and 1 -> 0.675. r2 (wrong) vs two correct with no common tag: -1."""
     got = lcs_rewards([["a", "b"], ["a", "b"], ["c"]], [[10, 10], [5, 20], [3]], [True, True, False])
     assert got == pytest.approx([0.75, 0.675, -1.0])
-    assert lcs_rewards([["a"], ["a"]], [[4], [4]], [False, False]) == pytest.approx([-0.5, -0.5])  # none correct
+    assert lcs_rewards([["a"], ["a"]], [[4], [4]], [False, False]) == [0.0, 0.0]  # none correct: no reference
     assert lcs_rewards([["a"]], [[4]], [True]) == [0.0]  # a group of one: no pair
     assert lcs_rewards([[], ["a"]], [[], [3]], [True, True]) == [0.0, 0.0]  # L_i = 0 -> share 0
     # the untagged step matches nothing but counts in L_0 = 8: a (2 vs 2, ratio 0.5) gives 1/8; L_1 = 2 gives 1/2
@@ -174,6 +174,27 @@ def test_lcs_reward_on_a_group(grader):
     assert all(o.diagnostics["group_size"] == 3 and o.diagnostics["format"] == 1.0 for o in outs)
     # r0 vs r1: assumption (4 vs 5 words: 1 - 4/10 = 0.6 -> 2.4) and verify (3 vs 1: 1/6 -> 0.5), L_0 = 7
     assert outs[0].diagnostics["r_lcs"] == pytest.approx(((2.4 + 0.5) / 7 + 1.0) / 2)
+
+
+def test_a_group_with_no_correct_completion_has_no_lcs_term(grader):
+    """Structured Reasoning Sec. 4.3: "The LCS reward requires at least one correct completion as reference".
+    Gold 7, every answer wrong: r_lcs = 0 for all, so the score is the format score alone (1.0 each). Under
+    Eq. (6) as it stands ("both incorrect": -L_lcs/L_i) r0 would be -(2.4 + 0.5)/7 vs r1 and 0 vs r2 (no tag
+    in common), i.e. -0.207. A row without a gold answer is no reference either."""
+    reward = LCSReward(grader=grader)
+    outs = reward(
+        RolloutBatch(
+            prompts=["Q"] * 4, responses=[*GROUP, GROUP[0]], ground_truths=["7", "7", "7", None], group_ids=["g"] * 4
+        )
+    )
+    assert [o.score for o in outs[:3]] == [1.0, 1.0, 1.0]
+    assert [o.diagnostics["r_lcs"] for o in outs[:3]] == [0.0, 0.0, 0.0]
+    assert [o.diagnostics["no_reference"] for o in outs] == [1.0] * 4
+    assert outs[3].failed == "no ground truth" and outs[0].diagnostics["group_size"] == 3
+    # gold 3: r2 is the reference; r0 vs r1 (both wrong) -(2.4 + 0.5)/7, vs r2 (no common tag) -1 + 0
+    one_correct = reward(RolloutBatch(prompts=["Q"] * 3, responses=GROUP, ground_truths=["3"] * 3, group_ids=["g"] * 3))
+    assert [o.diagnostics["no_reference"] for o in one_correct] == [0.0] * 3
+    assert one_correct[0].diagnostics["r_lcs"] == pytest.approx((-(2.4 + 0.5) / 7 - 1.0) / 2)
 
 
 def test_lcs_reward_groups_by_id_whatever_the_row_order(grader):

@@ -78,10 +78,48 @@ def test_capacity_graph_runs_earlier_to_later_above_tau():
     expected[0, 1], expected[0, 2] = 0.45, 0.3  # edge j -> i carries A_ij; A[2,1] = 0.2 <= tau is pruned
     np.testing.assert_allclose(cap, expected, atol=1e-12)
     exact = np.array([[0.9, 0.0, 0.0], [0.45, 0.8, 0.0], [0.3, 0.2, 0.7]])
-    assert capacity_graph(exact, tau=0.3)[0, 2] == 0.0 and capacity_graph(exact, tau=0.3)[0, 1] == 0.45  # > tau
+    # A_ij > tau keeps, A_ij = tau prunes (the answer stays reachable through 0 -> 1 -> 2)
+    exact = np.array([[0.9, 0.0, 0.0], [0.45, 0.8, 0.0], [0.3, 0.35, 0.7]])
+    assert capacity_graph(exact, tau=0.3)[0, 2] == 0.0 and capacity_graph(exact, tau=0.3)[0, 1] == 0.45
     full = capacity_graph(np.full((3, 3), 0.9))
     assert full.trace() == 0 and not np.tril(full).any()  # no self loops, no later -> earlier edges
-    assert capacity_graph(exact).sum() == pytest.approx(0.45 + 0.3 + 0.2)  # tau = 0.05 by default
+    assert capacity_graph(exact).sum() == pytest.approx(0.45 + 0.3 + 0.35)  # tau = 0.05 by default
+
+
+def test_pruning_keeps_the_answer_reachable_from_the_question():
+    """Structured Reasoning App. E.2: edges below 0.05 "are pruned to zero while maintaining connectivity".
+    Connectivity is read as the answer (node 5) staying reachable from the question (node 0), the s-t
+    connectivity App. F's Algorithm 2 checks; weak edges are pruned weakest first, and one whose removal
+    would cut every 0 -> 5 path is kept.
+
+    Strong edges: 0->1 .5, 0->2 .3, 1->2 .5, 2->3 .5, 3->4 .5. Weak: 0->5 .01, 1->3 .02, 3->5 .03, 4->5 .04.
+    Pruning every weak edge (the old rule) leaves node 5 without an in-edge: F = 0, Q = 0. Weakest first:
+    0->5 goes (0->1->2->3->5 remains), 1->3 goes, 3->5 goes (... 3->4->5 remains), 4->5 is the last way in
+    and stays. Then F = .04 (bottleneck 4->5) and dF_k = F - F_{-k}: node 1 can be bypassed by 0->2, so
+    dF_1 = 0; removing 2, 3 or 4 cuts the only path: dF = .04 each. K_top = ceil(25% of 4) = 1 node, so
+    Q = 1 - .04 / .12 = 2/3 (Eq. 4).
+    """
+    a = np.eye(6)  # A_ii (self attention) never makes an edge
+    for j, i, w in [(0, 1, 0.5), (0, 2, 0.3), (1, 2, 0.5), (2, 3, 0.5), (3, 4, 0.5)]:
+        a[i, j] = w
+    for j, i, w in [(0, 5, 0.01), (1, 3, 0.02), (3, 5, 0.03), (4, 5, 0.04)]:
+        a[i, j] = w
+    cap = capacity_graph(a)
+    expected = cap_from(6, [(0, 1, 0.5), (0, 2, 0.3), (1, 2, 0.5), (2, 3, 0.5), (3, 4, 0.5), (4, 5, 0.04)])
+    np.testing.assert_array_equal(cap, expected)
+    flow, delta = step_importance(cap)
+    assert flow == pytest.approx(0.04)
+    np.testing.assert_allclose(delta, [0, 0, 0.04, 0.04, 0.04, 0], atol=1e-12)
+    assert maxflow_quality(cap) == pytest.approx(2 / 3)
+    # connected by strong edges alone: every weak edge goes
+    a[5, 4] = 0.5
+    assert capacity_graph(a)[[0, 1, 3], [5, 3, 5]].tolist() == [0.0, 0.0, 0.0]
+    # the unpruned graph does not connect 0 to 5 (no edge into 5): there is nothing to maintain
+    no_way_in = a.copy()
+    no_way_in[5, :5] = 0.0
+    assert capacity_graph(no_way_in)[1, 3] == 0.0
+    with pytest.raises(ValueError, match="tau must be >= 0"):
+        capacity_graph(a, tau=-0.1)
 
 
 # ------------------------------------------------------------------------------------ max flow, Eq. (4)

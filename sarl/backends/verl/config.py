@@ -30,6 +30,7 @@ REWARD_FN_NAME = "compute_score"
 # settings live in `trainer.v1.<name>`, verl's convention for a trainer mode's section.
 TRAINER_NAME = "sarl"
 VERL_DEFAULT_ROLLOUT_TP = 2  # verl 0.9.1's rollout.tensor_model_parallel_size
+LR_SCHEDULES = ("constant", "cosine")  # verl 0.9.1's FSDPOptimizerConfig.lr_scheduler_type
 
 
 def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bool = False) -> dict[str, Any]:
@@ -48,6 +49,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
             f"train.n_trained={t.n_trained} < train.rollout_n={t.rollout_n} needs a group reward (TTRL, "
             "EVOL-RL vote on all rollouts and train on some); a per-response reward trains on every rollout"
         )
+    _check_schedule_and_masking(t)
     tp = int(b.rollout_tensor_parallel_size or min(VERL_DEFAULT_ROLLOUT_TP, t.n_gpus_per_node))
     if tp < 1 or t.n_gpus_per_node % tp:
         raise ValueError(
@@ -72,6 +74,9 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "actor_rollout_ref.model.enable_activation_offload": b.enable_activation_offload,
         "actor_rollout_ref.actor.strategy": b.strategy,
         "actor_rollout_ref.actor.optim.lr": t.actor_lr,
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": t.lr_schedule,
+        "actor_rollout_ref.actor.optim.min_lr_ratio": t.min_lr_ratio,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": t.lr_warmup_ratio,
         "actor_rollout_ref.actor.ppo_mini_batch_size": t.ppo_mini_batch_size,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_dynamic_bsz": b.use_dynamic_bsz,
@@ -84,6 +89,8 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "actor_rollout_ref.rollout.name": b.rollout_engine,
         "actor_rollout_ref.rollout.n": t.n_trained,
         "actor_rollout_ref.rollout.temperature": t.temperature,
+        "actor_rollout_ref.rollout.val_kwargs.temperature": t.val_temperature,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": t.val_temperature > 0,  # verl: False = greedy
         "actor_rollout_ref.rollout.gpu_memory_utilization": b.rollout_gpu_memory_utilization,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": tp,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
@@ -91,6 +98,9 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "critic.enable": a.use_critic,
         "critic.strategy": b.strategy,
         "critic.optim.lr": t.critic_lr,
+        "critic.optim.lr_scheduler_type": t.lr_schedule,
+        "critic.optim.min_lr_ratio": t.min_lr_ratio,
+        "critic.optim.lr_warmup_steps_ratio": t.lr_warmup_ratio,
         "critic.model.path": cfg.model.path,
         "critic.model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
         "critic.model.enable_activation_offload": b.enable_activation_offload,
@@ -121,6 +131,30 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
     values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
     return values
+
+
+def _check_schedule_and_masking(t: DictConfig) -> None:
+    """The lr schedule, validation temperature and truncation keys of `train`, checked before verl sees them."""
+    if t.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"train.lr_schedule={t.lr_schedule!r} is not valid; choose one of: {', '.join(LR_SCHEDULES)}")
+    if not 0.0 <= t.min_lr_ratio <= 1.0:
+        raise ValueError(f"train.min_lr_ratio must lie in [0, 1] (a fraction of the peak lr), got {t.min_lr_ratio}")
+    if t.lr_schedule == "constant" and t.min_lr_ratio != 0.0:
+        raise ValueError(
+            f"train.min_lr_ratio={t.min_lr_ratio} is the floor of a cosine schedule; set train.lr_schedule=cosine "
+            "or train.min_lr_ratio=0"
+        )
+    if not 0.0 <= t.lr_warmup_ratio < 1.0:
+        raise ValueError(f"train.lr_warmup_ratio must lie in [0, 1), got {t.lr_warmup_ratio}")
+    if t.val_temperature < 0:
+        raise ValueError(f"train.val_temperature must be >= 0 (0 = greedy), got {t.val_temperature}")
+    if t.mask_truncated:
+        raise ValueError(
+            "train.mask_truncated=true: verl 0.9.1 has no option that masks truncated completions out of the reward "
+            "and the gradient (its only length knobs are data.filter_overlong_prompts, for prompts, and the DAPO "
+            "reward manager's overlong_buffer, a length penalty); run with backend=trl, whose GRPOTrainer has "
+            "mask_truncated_completions, or set train.mask_truncated=false"
+        )
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

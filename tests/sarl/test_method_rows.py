@@ -1,0 +1,102 @@
+"""Rows of the other methods' papers carry those papers' settings into the verl config, and the train keys for
+lr schedules, validation temperature and truncation masking reach verl (defaults: verl's own, so SARL's rows
+do not change)."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from sarl.train import check_landed, compose_train_config, experiment_name
+
+pytest.importorskip("verl")
+from sarl.backends.verl.config import build_verl_config, compose_verl_base, validate_verl_config  # noqa: E402
+
+STRUCTURED_ROWS = ["grpo_lcs_math", "grpo_maxflow_math", "grpo_lcs_maxflow_math"]
+
+
+def verl_config_for(overrides, tmp_path, model_dir):
+    """The row's verl config, validated by verl; the policy is a local tiny checkpoint (no hub here)."""
+    cfg, choices = compose_train_config([*overrides, f"model.path={model_dir}"])
+    check_landed(cfg, choices)
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
+    validate_verl_config(vcfg)
+    return cfg, vcfg
+
+
+@pytest.mark.slow
+def test_evol_rl_paper_row_has_the_papers_table_2_and_3_settings(tmp_path, tiny_qwen3_dir):
+    """EVOL-RL App. C.2 and C.6 (Tables 2-3): train batch 8 prompts, PPO mini-batch 1 prompt (x 32 trained
+    rollouts = "effective size of 32"), so 8 / 1 = 8 updates per step; micro-batch 2; 64 votes, 32 trained;
+    responses up to 12,288 tokens; temperature 1.0, validation 0.6 (sampled); lr 5e-7; KL loss 0.001;
+    entropy 0.003; clip high 0.28; novelty alpha 0.5."""
+    cfg, v = verl_config_for(["+exp=evol_rl_paper"], tmp_path, tiny_qwen3_dir)
+    a, r, d = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout, v.data
+    assert d.train_batch_size == 8 and a.ppo_mini_batch_size == 1 and a.ppo_micro_batch_size_per_gpu == 2
+    assert d.train_batch_size // a.ppo_mini_batch_size == 8  # optimiser updates per step
+    assert r.n == 32 and v.trainer.v1.sarl.n_votes == 64 and a.ppo_mini_batch_size * r.n == 32
+    assert d.max_response_length == 12288
+    assert r.temperature == 1.0 and r.val_kwargs.temperature == 0.6 and r.val_kwargs.do_sample is True
+    assert a.optim.lr == 5e-7 and a.use_kl_loss is True and a.kl_loss_coef == 0.001
+    assert a.entropy_coeff == 0.003 and a.clip_ratio_high == 0.28
+    assert v.algorithm.adv_estimator == "grpo"
+    assert v.reward.custom_reward_function.reward_kwargs.reward.alpha == 0.5
+    # the like-for-like row keeps SARL Table 6's batch sizes, response length and greedy validation
+    _, same = verl_config_for(["+exp=grpo_evol_rl_math"], tmp_path, tiny_qwen3_dir)
+    assert same.data.train_batch_size == 256 and same.actor_rollout_ref.actor.ppo_mini_batch_size == 256
+    assert same.data.max_response_length == 8192 and same.actor_rollout_ref.rollout.val_kwargs.do_sample is False
+
+
+@pytest.mark.slow
+def test_defaults_are_verls_own_so_sarl_rows_do_not_change(tmp_path, tiny_qwen3_dir):
+    base = compose_verl_base()
+    _, v = verl_config_for(["+exp=ppo_sarl_math"], tmp_path, tiny_qwen3_dir)  # actor and critic
+    for section in ("actor_rollout_ref.actor.optim", "critic.optim"):
+        got, verl = OmegaConf.select(v, section), OmegaConf.select(base, section)
+        for key in ("lr_scheduler_type", "min_lr_ratio", "lr_warmup_steps_ratio"):
+            assert got[key] == verl[key], f"{section}.{key}"
+    assert v.actor_rollout_ref.rollout.val_kwargs == base.actor_rollout_ref.rollout.val_kwargs
+
+
+@pytest.mark.slow
+def test_lr_schedule_and_validation_temperature_reach_verl(tmp_path, tiny_qwen3_dir):
+    overrides = [
+        "+exp=ppo_sarl_math",
+        "train.lr_schedule=cosine",
+        "train.min_lr_ratio=0.1",
+        "train.lr_warmup_ratio=0.05",
+        "train.val_temperature=0.7",
+    ]
+    _, v = verl_config_for(overrides, tmp_path, tiny_qwen3_dir)
+    for optim in (v.actor_rollout_ref.actor.optim, v.critic.optim):
+        assert optim.lr_scheduler_type == "cosine" and optim.min_lr_ratio == 0.1
+        assert optim.lr_warmup_steps_ratio == 0.05
+    assert v.actor_rollout_ref.rollout.val_kwargs.temperature == 0.7
+    assert v.actor_rollout_ref.rollout.val_kwargs.do_sample is True
+
+
+@pytest.mark.parametrize("exp", STRUCTURED_ROWS)
+def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp, tmp_path):
+    """Structured Reasoning Sec. 5.1 "Training Details": "Cosine scheduler with 0.1x floor"."""
+    cfg, _ = compose_train_config([f"+exp={exp}"])
+    assert cfg.train.lr_schedule == "cosine" and cfg.train.min_lr_ratio == 0.1 and cfg.train.lr_warmup_ratio == 0.0
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    v = build_verl_config(cfg, reward_cfg, str(tmp_path), exp)
+    assert v.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
+    assert v.actor_rollout_ref.actor.optim.min_lr_ratio == 0.1
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("train.lr_schedule=linear", "train.lr_schedule='linear' is not valid; choose one of: constant, cosine"),
+        ("train.min_lr_ratio=0.1", "is the floor of a cosine schedule"),
+        ("train.min_lr_ratio=1.5", r"train.min_lr_ratio must lie in \[0, 1\]"),
+        ("train.lr_warmup_ratio=1.0", r"train.lr_warmup_ratio must lie in \[0, 1\)"),
+        ("train.val_temperature=-1", "train.val_temperature must be >= 0"),
+        ("train.mask_truncated=true", "verl 0.9.1 has no option that masks truncated completions"),
+    ],
+)
+def test_bad_schedule_temperature_and_masking_say_why(override, match, tmp_path):
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math", override])
+    with pytest.raises(ValueError, match=match):
+        build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), "x")
