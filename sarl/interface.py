@@ -81,6 +81,11 @@ class RewardOutput:
         return {"score": self.score, **self.diagnostics, "failed": self.failed}
 
 
+class RewardsFailedError(RuntimeError):
+    """Training has no reward signal left (every reward of the step, or of several steps in a row, failed);
+    a backend stops the run with a non-zero exit."""
+
+
 def record_failures(
     counts: Counter[str], outputs: Sequence[RewardOutput | None], name: str, logger: logging.Logger
 ) -> None:

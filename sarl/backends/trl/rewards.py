@@ -23,11 +23,7 @@ import math
 from typing import Any, Sequence
 
 from sarl.backends.verl.reward import diagnostic_keys, reward_metrics
-from sarl.interface import RolloutBatch
-
-
-class RewardsFailedError(RuntimeError):
-    """Every reward of `max_failed_steps` consecutive generation batches failed: training has no signal."""
+from sarl.interface import RewardsFailedError, RolloutBatch
 
 
 def message_text(messages: Any) -> str:

@@ -331,7 +331,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
-    from sarl.backends.trl.rewards import RewardsFailedError
+    from sarl.interface import RewardsFailedError
 
     if cfg.backend.torch_threads:
         torch.set_num_threads(int(cfg.backend.torch_threads))

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sarl.backends.trl.metrics import read_metrics
-from sarl.backends.trl.rewards import RewardsFailedError, TRLReward
+from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, policy_path, prompt_dataset
-from sarl.interface import RewardOutput
+from sarl.interface import RewardOutput, RewardsFailedError
 from sarl.train import compose_train_config, main
 
 pytest.importorskip("trl")
