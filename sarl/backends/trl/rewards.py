@@ -2,13 +2,14 @@
 
 TRL's GRPOTrainer calls each reward function with the whole generation batch of the process:
 `f(prompts, completions, completion_ids, **dataset_columns, trainer_state, log_metric, ...)`
-and expects one float per completion, or None for a completion it cannot score. Its sampler repeats every prompt `num_generations`
-times back to back (`RepeatSampler(mini_repeat_count=num_generations)`), and its advantage
-is computed on those consecutive chunks (`rewards.view(-1, num_generations)`). The adapter
-gives each chunk a group id, checks that a chunk really holds one prompt `num_generations`
-times (so a group reward never sees a partial or mixed group, e.g. under multi-process
-sharding), calls the reward once on the batch, and logs the same `reward/<diagnostic>/mean`
-and `reward/failed` metrics as the verl bridge through TRL's `log_metric`.
+and expects one float per completion, or None for a completion it cannot score. Its sampler
+repeats every prompt `num_generations` times back to back
+(`RepeatSampler(mini_repeat_count=num_generations)`), and its advantage is computed on those
+consecutive chunks (`rewards.view(-1, num_generations)`). The adapter gives each chunk a group
+id, checks that a chunk really holds one prompt `num_generations` times (so a group reward never
+sees a partial or mixed group, e.g. under multi-process sharding), calls the reward once on the
+batch, and logs the same `reward/<diagnostic>/mean` and `reward/failed` metrics as the verl
+bridge through TRL's `log_metric`.
 
 A failed output (`RewardOutput.failed`) is returned as None, never as its `failed_score`:
 TRL leaves it out of its group's baseline and `SarlGRPOTrainer` masks its loss. After

@@ -269,7 +269,12 @@ def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -302,7 +307,9 @@ def last_checkpoint(run_dir: Path) -> Path | None:
         problem = checkpoint_problem(path)
         if problem is None:
             return path
-        log.warning("checkpoint %s is incomplete (%s; interrupted while saving?): resuming from an older one", path, problem)
+        log.warning(
+            "checkpoint %s is incomplete (%s; interrupted while saving?): resuming from an older one", path, problem
+        )
     return None
 
 

@@ -277,9 +277,7 @@ class SarlTrainer(PPOTrainerSync):
     def _balance_batch(self, batch: KVBatchMeta, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
         if batch.partition_id == "train":
             batch = self._leave_out_failed(batch, metrics)
-        return super()._balance_batch(
-            batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch
-        )
+        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
 
     def _leave_out_failed(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Clear the sessions `left_out_sessions` names from TransferQueue and the batch; log

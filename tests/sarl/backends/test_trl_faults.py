@@ -112,10 +112,11 @@ def test_failed_completions_are_left_out_of_advantages_and_loss(policy_cache, tm
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
+    with torch.no_grad():  # move the policy off the sampling/reference one, so ratios and the KL term count
+        for p in model.parameters():
+            p.add_(1e-2 * torch.randn_like(p))
     full_loss, full_grad = loss_and_grad(inputs)
-    only = {
-        k: v[kept] if torch.is_tensor(v) and v.dim() >= 1 and v.size(0) == 8 else v for k, v in inputs.items()
-    }
+    only = {k: v[kept] if torch.is_tensor(v) and v.dim() >= 1 and v.size(0) == 8 else v for k, v in inputs.items()}
     kept_loss, kept_grad = loss_and_grad(only)
     assert full_loss != 0
     torch.testing.assert_close(full_loss, kept_loss, rtol=1e-5, atol=1e-7)
@@ -137,7 +138,11 @@ def closed_port() -> int:
 def test_a_dead_embedding_server_stops_the_run_before_step_1(policy_cache, tmp_path, caplog):
     url = f"http://127.0.0.1:{closed_port()}"
     args = smoke(
-        tmp_path, policy_cache, "embedding=vllm_server", f"embedding.url={url}", "embedding.max_retries=0",
+        tmp_path,
+        policy_cache,
+        "embedding=vllm_server",
+        f"embedding.url={url}",
+        "embedding.max_retries=0",
         "backend.max_steps=2",
     )
     with caplog.at_level(logging.ERROR, logger="sarl.train.trl"):
@@ -186,9 +191,7 @@ def test_failed_rewards_before_sums_the_metrics_up_to_the_step(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_skips_a_truncated_checkpoint_and_keeps_the_failure_total(
-    policy_cache, tmp_path, caplog, monkeypatch
-):
+def test_resume_skips_a_truncated_checkpoint_and_keeps_the_failure_total(policy_cache, tmp_path, caplog, monkeypatch):
     from sarl.embed.local import SentenceTransformerEmbedder
 
     real = SentenceTransformerEmbedder._embed_unique
