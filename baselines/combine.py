@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, reward_problem
 
 
 class WeightedSumReward:
@@ -39,6 +39,14 @@ class WeightedSumReward:
             keys.append(f"{name}/score")
             keys.extend(f"{name}/{k}" for k in getattr(reward, "diagnostic_keys", ()))
         return tuple(keys)
+
+    def check_ready(self) -> str | None:
+        """The first component that cannot run, with its reason (`sarl.interface.Reward.check_ready`)."""
+        for name, reward in self.components.items():
+            problem = reward_problem(reward)
+            if problem is not None:
+                return f"component {name!r}: {problem}"
+        return None
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         results = {}

@@ -99,6 +99,12 @@ class EMPOReward:
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
         self.failure_counts: Counter[str] = Counter()
 
+    def check_ready(self) -> str | None:
+        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        from sarl.reward import embedder_problem
+
+        return embedder_problem(self.embedder)
+
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         unclosed = self.answer_in_unclosed_think
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=unclosed)

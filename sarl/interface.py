@@ -81,6 +81,11 @@ class RewardOutput:
         return {"score": self.score, **self.diagnostics, "failed": self.failed}
 
 
+class RewardsFailedError(RuntimeError):
+    """Training has no reward signal left (every reward of the step, or of several steps in a row, failed);
+    a backend stops the run with a non-zero exit."""
+
+
 def record_failures(
     counts: Counter[str], outputs: Sequence[RewardOutput | None], name: str, logger: logging.Logger
 ) -> None:
@@ -94,6 +99,20 @@ def record_failures(
 
 @runtime_checkable
 class Reward(Protocol):
-    """What a backend calls: rewards(batch) -> one RewardOutput per response."""
+    """What a backend calls: rewards(batch) -> one RewardOutput per response.
+
+    Optional: `check_ready() -> str | None`. A reward with an external dependency (an embedding
+    server, a remote model) implements it to try that dependency once and return the reason it
+    cannot be used (what is wrong and what to do), or None when it can. A backend calls it through
+    `reward_problem` once before training, so that a dead dependency stops the run before step 1
+    instead of failing every reward. It is not part of the Protocol's structural check: a reward
+    without one is taken as ready.
+    """
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]: ...
+
+
+def reward_problem(reward: object) -> str | None:
+    """Why `reward` cannot run (its optional `check_ready()`, see `Reward`), None if it can."""
+    check = getattr(reward, "check_ready", None)
+    return check() if callable(check) else None

@@ -19,7 +19,7 @@ import numpy as np
 from sarl.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch
 from sarl.embed.base import Embedder
 from sarl.graph import VARIANTS, GraphMetrics, graph_metrics_batch
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardOutput, RolloutBatch, record_failures
 from sarl.steps import NO_THINK_MODES, ParsedSteps, parse_steps
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,29 @@ class StructureAnalysis:
     steps: list[str]
     labels: np.ndarray | None
     output: RewardOutput
+
+
+READY_CHECK_TEXT = "The sum of 2 and 3 is 5."
+
+
+def embedder_problem(embedder: Embedder) -> str | None:
+    """Why `embedder` cannot embed (it is asked to embed one short text), None if it can."""
+    where = getattr(embedder, "base_url", None)
+    name = type(embedder).__name__ + (f" at {where}" if where else "")
+    try:
+        result = embedder.embed([READY_CHECK_TEXT])
+    except Exception as err:  # any crash of the dependency is the answer, not a bug of the check
+        reason = f"{type(err).__name__}: {err}"
+    else:
+        if not result.failed:
+            return None
+        reason = next(iter(result.failed.values()))
+    health = getattr(embedder, "health", None)
+    down = " (its /health does not answer either)" if callable(health) and not health() else ""
+    return (
+        f"embedder {name} cannot embed a test text{down}: {reason}; start the embedding server or point "
+        "embedding.url at a running one"
+    )
 
 
 class StructureReward:
@@ -101,6 +124,10 @@ class StructureReward:
 
     def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
         return [a.output for a in self.analyze(batch)]
+
+    def check_ready(self) -> str | None:
+        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        return embedder_problem(self.embedder)
 
     def _parse(self, text: object) -> ParsedSteps | str:
         try:
@@ -168,8 +195,7 @@ class StructureReward:
                     diag["L"] = float(metrics.L[r])
                 output = RewardOutput(score=float(scores[r]), diagnostics=diag)
             else:
-                reason = failed[i]
-                self.failure_counts[reason.split(":")[0]] += 1
-                output = RewardOutput(score=self.failed_score, diagnostics=diag, failed=reason)
+                output = RewardOutput(score=self.failed_score, diagnostics=diag, failed=failed[i])
             out.append(StructureAnalysis(steps=steps, labels=labels.get(i), output=output))
+        record_failures(self.failure_counts, [a.output for a in out], "structure reward", log)
         return out

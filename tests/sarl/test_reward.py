@@ -216,3 +216,34 @@ def test_every_embedding_config_composes():
     with pytest.raises(MissingMandatoryValue):
         hidden.embedding.model
     assert local.embedding.model == "bundled-minilm"
+
+
+def test_failures_are_reported_through_the_shared_record_failures(caplog):
+    class Crashing(KeywordEmbedder):
+        def _embed_unique(self, texts):
+            raise RuntimeError("CUDA out of memory")
+
+    reward = StructureReward(Crashing())
+    with caplog.at_level("WARNING", logger="sarl.reward"):
+        run(reward, [think("plan", "calc"), think("check")])
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "sarl.reward" and r.levelname == "WARNING"]
+    assert line.startswith("structure reward: 2 of 2 rows failed")
+    assert reward.failure_counts == {"embedding error": 2}
+
+
+def test_check_ready_embeds_one_text_and_names_a_dead_server():
+    import socket
+
+    from baselines.combine import WeightedSumReward
+    from sarl.embed.http import HTTPEmbedder
+    from sarl.interface import reward_problem
+
+    assert reward_problem(StructureReward(KeywordEmbedder())) is None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = StructureReward(HTTPEmbedder(url=f"http://127.0.0.1:{port}", model="m", max_retries=0))
+    problem = reward_problem(dead)
+    assert f"127.0.0.1:{port}" in problem and "embedding.url" in problem and "/health does not answer" in problem
+    both = WeightedSumReward({"ok": StructureReward(KeywordEmbedder()), "sr": dead}, {"ok": 1.0, "sr": 1.0})
+    assert reward_problem(both).startswith("component 'sr': embedder HTTPEmbedder")

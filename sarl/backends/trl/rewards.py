@@ -2,13 +2,19 @@
 
 TRL's GRPOTrainer calls each reward function with the whole generation batch of the process:
 `f(prompts, completions, completion_ids, **dataset_columns, trainer_state, log_metric, ...)`
-and expects one float per completion. Its sampler repeats every prompt `num_generations`
-times back to back (`RepeatSampler(mini_repeat_count=num_generations)`), and its advantage
-is computed on those consecutive chunks (`rewards.view(-1, num_generations)`). The adapter
-gives each chunk a group id, checks that a chunk really holds one prompt `num_generations`
-times (so a group reward never sees a partial or mixed group, e.g. under multi-process
-sharding), calls the reward once on the batch, and logs the same `reward/<diagnostic>/mean`
-and `reward/failed` metrics as the verl bridge through TRL's `log_metric`.
+and expects one float per completion, or None for a completion it cannot score. Its sampler
+repeats every prompt `num_generations` times back to back
+(`RepeatSampler(mini_repeat_count=num_generations)`), and its advantage is computed on those
+consecutive chunks (`rewards.view(-1, num_generations)`). The adapter gives each chunk a group
+id, checks that a chunk really holds one prompt `num_generations` times (so a group reward never
+sees a partial or mixed group, e.g. under multi-process sharding), calls the reward once on the
+batch, and logs the same `reward/<diagnostic>/mean` and `reward/failed` metrics as the verl
+bridge through TRL's `log_metric`.
+
+A failed output (`RewardOutput.failed`) is returned as None, never as its `failed_score`:
+TRL leaves it out of its group's baseline and `SarlGRPOTrainer` masks its loss. After
+`max_failed_steps` consecutive calls in which every reward failed, the adapter raises
+`RewardsFailedError` (sarl.backends.trl.run stops the run with exit code 1).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import math
 from typing import Any, Sequence
 
 from sarl.backends.verl.reward import diagnostic_keys, reward_metrics
-from sarl.interface import RolloutBatch
+from sarl.interface import RewardsFailedError, RolloutBatch
 
 
 def message_text(messages: Any) -> str:
@@ -33,13 +39,24 @@ def message_text(messages: Any) -> str:
 class TRLReward:
     """A TRL reward function around one reward object (`sarl.interface.Reward`)."""
 
-    def __init__(self, reward: Any, num_generations: int, tokenizer: Any = None, name: str | None = None) -> None:
+    def __init__(
+        self,
+        reward: Any,
+        num_generations: int,
+        tokenizer: Any = None,
+        name: str | None = None,
+        max_failed_steps: int | None = None,
+    ) -> None:
+        if max_failed_steps is not None and max_failed_steps < 1:
+            raise ValueError(f"max_failed_steps must be >= 1 or None (never stop), got {max_failed_steps}")
         self.reward = reward
         self.num_generations = int(num_generations)
         self.tokenizer = tokenizer
         self.__name__ = name or type(reward).__name__  # TRL names the reward's metrics after it
         self.calls = 0
         self.failed_total = 0
+        self.max_failed_steps = max_failed_steps
+        self.failed_streak = 0  # consecutive calls in which every reward failed
 
     def _prompt_text(self, prompt: Any) -> str:
         if isinstance(prompt, str):
@@ -80,7 +97,7 @@ class TRLReward:
         trainer_state: Any = None,
         log_metric: Any = None,
         **_: Any,
-    ) -> list[float]:
+    ) -> list[float | None]:
         step = int(getattr(trainer_state, "global_step", self.calls))
         if ground_truth_json is not None:  # sarl.backends.trl.run stores these columns as JSON
             ground_truth = [json.loads(g) for g in ground_truth_json]
@@ -107,7 +124,21 @@ class TRLReward:
                     continue  # TRL logs the reward mean/std itself
                 if math.isfinite(value):
                     log_metric(key, value)
-        return [o.score for o in outputs]
+        self._count_streak(outputs, step)
+        return [None if o.failed else o.score for o in outputs]
+
+    def _count_streak(self, outputs: Sequence[Any], step: int) -> None:
+        if outputs and all(o.failed for o in outputs):
+            self.failed_streak += 1
+        else:
+            self.failed_streak = 0
+        if self.max_failed_steps is not None and self.failed_streak >= self.max_failed_steps:
+            reasons = sorted({o.failed for o in outputs})
+            raise RewardsFailedError(
+                f"every reward failed in {self.failed_streak} consecutive steps (up to step {step + 1}; "
+                f"train.max_failed_steps={self.max_failed_steps}), e.g. {reasons[0]!r}: fix the reward's "
+                "dependency (embedding server, reward model) and rerun, which resumes from the last checkpoint"
+            )
 
 
 def _as_dict(value: Any) -> dict:

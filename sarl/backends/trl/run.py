@@ -269,12 +269,57 @@ def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` cannot be resumed from (None if it can): a kill while it was written leaves it without
+    a readable `trainer_state.json` or without model weights."""
+    state = path / "trainer_state.json"
+    try:
+        json.loads(state.read_text())["global_step"]
+    except FileNotFoundError:
+        return "no trainer_state.json"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"unreadable trainer_state.json ({type(err).__name__}: {err})"
+    if not any((path / name).is_file() for name in WEIGHT_FILES):
+        return f"no model weights ({' / '.join(WEIGHT_FILES)})"
+    return None
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete `checkpoints/checkpoint-N` of the run (None if there is none); an incomplete newer
+    one is named in a warning and skipped."""
     out = run_dir / OUTPUT_SUBDIR
-    found = get_last_checkpoint(str(out)) if out.is_dir() else None
-    return Path(found) if found else None
+    if not out.is_dir():
+        return None
+    found = []
+    for path in out.iterdir():
+        prefix, _, number = path.name.partition("-")
+        if path.is_dir() and prefix == "checkpoint" and number.isdigit():
+            found.append((int(number), path))
+    for _, path in sorted(found, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        log.warning(
+            "checkpoint %s is incomplete (%s; interrupted while saving?): resuming from an older one", path, problem
+        )
+    return None
+
+
+def failed_rewards_before(metrics_path: Path, last_step: int) -> int:
+    """The failed rewards logged in `metrics.jsonl` up to `last_step` (the resumed run's earlier total)."""
+    from sarl.backends.trl.metrics import read_metrics
+
+    return int(
+        round(sum(r.get("reward/failed") or 0.0 for r in read_metrics(metrics_path) if r.get("step", 0) <= last_step))
+    )
 
 
 def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
@@ -293,6 +338,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
+    from sarl.interface import RewardsFailedError
 
     if cfg.backend.torch_threads:
         torch.set_num_threads(int(cfg.backend.torch_threads))
@@ -303,9 +349,11 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     resume = last_checkpoint(run_dir)
     metrics_path = run_dir / METRICS_FILE
+    failed_before = 0
     if resume is not None:
         state = json.loads((resume / "trainer_state.json").read_text())
         dropped = truncate_metrics(metrics_path, int(state["global_step"]))
+        failed_before = failed_rewards_before(metrics_path, int(state["global_step"]))
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
     args = trainer_args(cfg, run_dir)
     wandb_run = _wandb_run(cfg, meta, run_dir, env)
@@ -313,17 +361,26 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     try:
         if cfg.algorithm.name == "grpo":
             from hydra.utils import instantiate
-            from trl import GRPOTrainer
 
             from sarl.backends.trl.rewards import TRLReward
+            from sarl.backends.trl.trainer import SarlGRPOTrainer
+            from sarl.interface import reward_problem
 
+            reward_obj = instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True))
+            problem = reward_problem(reward_obj)
+            if problem is not None:
+                log.error("the reward cannot run, stopping before step 1: %s", problem)
+                return 1
+            max_failed = cfg.train.get("max_failed_steps")
             reward = TRLReward(
-                instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)),
+                reward_obj,
                 num_generations=args.num_generations,
                 tokenizer=tokenizer,
                 name=str(cfg.get("reward_name") or "reward"),
+                max_failed_steps=int(max_failed) if max_failed is not None else None,
             )
-            trainer = GRPOTrainer(
+            reward.failed_total = failed_before
+            trainer = SarlGRPOTrainer(
                 model=model,
                 reward_funcs=[reward],
                 args=args,
@@ -344,7 +401,11 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # the recorder prints one line per step instead of the raw dict
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        except RewardsFailedError as err:
+            log.error("training stopped: %s", err)
+            return 1
         final = run_dir / FINAL_SUBDIR
         trainer.save_model(str(final))
         tokenizer.save_pretrained(str(final))

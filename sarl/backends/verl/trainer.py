@@ -15,6 +15,13 @@ method verl's V1 trainer calls (line numbers: verl 0.9.1, `trainer/ppo/v1/traine
 - per-response rewards keep verl's streaming path (our `compute_score` in verl's reward workers);
   `_compute_metrics` adds their `reward/*` metrics from the reward info verl stored with each
   rollout, which verl's V1 trainer does not log during training;
+- failed rewards are left out (`_balance_batch`, the first method after the rewards of a training
+  batch are written, l.582): a session whose reward failed (`failed` = 1 in its reward info), and
+  under a group advantage every session of a prompt with fewer than two usable ones, is cleared
+  from TransferQueue and from the batch before verl computes the group statistics, so it counts in
+  no baseline, advantage, KL or loss; verl pads the smaller batch with its no-op rows
+  (`upsample_batch_to_divisible_size`). A training batch with no usable session stops the run
+  (`RewardsFailedError`): verl cannot train on an empty batch;
 - `SarlTaskRunnerV1` is verl's TaskRunnerV1 defined in this module, so the Ray actor that runs it
   imports this module, and with it the registration, before `get_trainer_cls` (`main_ppo.py:141`).
 
@@ -40,8 +47,8 @@ from verl.utils import tensordict_utils as tu
 from baselines.grp import register_verl as _register_scae
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
-from sarl.backends.verl.reward import is_group_reward, reward_from_config, row_metrics, score_rollouts
-from sarl.interface import RolloutBatch
+from sarl.backends.verl.reward import FAILED_KEY, is_group_reward, reward_from_config, row_metrics, score_rollouts
+from sarl.interface import RewardsFailedError, RolloutBatch
 
 _register_scae()  # PASC-GRPO's `scae` advantage estimator (seed 003 Eq. 14-16), in the trainer's process
 
@@ -88,6 +95,15 @@ def trained_sessions(sessions: Sequence[Session], n_trained: int, seed: int) -> 
     short = [s for s in ordered if sizes[s[0]] < n_trained]
     picked = select_for_training([uid for uid, _ in full], n_trained, seed) if full else []
     return sorted([full[i] for i in picked] + short), sum(1 for n in sizes.values() if n < n_trained)
+
+
+def left_out_sessions(failed: dict[Session, bool], min_usable: int) -> tuple[set[Session], int]:
+    """The sessions to leave out of training: those whose reward failed, and every session of a prompt
+    with fewer than `min_usable` usable ones (2 under a group advantage: a baseline needs a sibling);
+    and how many prompts were dropped that way."""
+    usable = Counter(uid for (uid, _), bad in failed.items() if not bad)
+    dropped = {uid for uid, _ in failed if usable[uid] < min_usable}
+    return {s for s, bad in failed.items() if bad or s[0] in dropped}, len(dropped)
 
 
 def jagged_scores(scores: Sequence[float], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
@@ -257,6 +273,35 @@ class SarlTrainer(PPOTrainerSync):
         # fit() clears only the keys of the batch it trains on (trainer_base.py:511)
         tq.kv_clear(keys=[k for k in batch.keys if k not in kept], partition_id=batch.partition_id)
         return batch.select_keys([k for k in batch.keys if k in kept])
+
+    def _balance_batch(self, batch: KVBatchMeta, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        if batch.partition_id == "train":
+            batch = self._leave_out_failed(batch, metrics)
+        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+    def _leave_out_failed(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """Clear the sessions `left_out_sessions` names from TransferQueue and the batch; log
+        `reward/left_out` (sessions) and `reward/groups_dropped` (prompts)."""
+        sessions = group_sessions(batch.keys)
+        final = [batch.keys[rows[-1]] for rows in sessions.values()]
+        data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        infos = [e.get("reward_extra_info") if isinstance(e, dict) else None for e in column(data, "extra_fields")]
+        failed = {s: bool((info or {}).get(FAILED_KEY)) for s, info in zip(sessions, infos, strict=True)}
+        min_usable = 1 if self.config.algorithm.adv_estimator == "gae" else 2
+        left_out, n_dropped = left_out_sessions(failed, min_usable)
+        metrics.update({"reward/left_out": float(len(left_out)), "reward/groups_dropped": float(n_dropped)})
+        if not left_out:
+            return batch
+        if len(left_out) == len(sessions):
+            raise RewardsFailedError(
+                f"no usable reward in this training batch ({sum(failed.values())} of {len(sessions)} rewards "
+                "failed; verl cannot train on an empty batch): fix the reward's dependency (embedding server, "
+                "reward model) and rerun, which resumes from the last checkpoint"
+            )
+        gone = {batch.keys[pos] for s in left_out for pos in sessions[s]}
+        log.warning("leaving %d of %d sessions out of training (failed rewards)", len(left_out), len(sessions))
+        tq.kv_clear(keys=sorted(gone), partition_id=batch.partition_id)
+        return batch.select_keys([k for k in batch.keys if k not in gone])
 
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)

@@ -31,17 +31,6 @@ FAST = [
 ]
 
 
-@pytest.fixture(scope="session")
-def policy_cache(tmp_path_factory):
-    """The smoke policy (tokenizer + warm start on the shipped traces), built once for the session."""
-    cache = tmp_path_factory.mktemp("policies")
-    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
-    path = policy_path(cfg)
-    info = json.loads((Path(path) / "policy.json").read_text())
-    assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
-    return cache
-
-
 def smoke(root, cache, *extra):
     return ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}", *extra]
 
@@ -141,7 +130,7 @@ def test_adapter_groups_consecutive_generations_and_logs_diagnostics():
         trainer_state=State(),
         log_metric=lambda k, v: logged.append((k, v)),
     )
-    assert scores == [0, 1, 2, 0, 1, 2]
+    assert scores == [0, None, 2, 0, 1, 2]  # the failed row is left out, not scored
     batch = reward.batches[0]
     assert batch.group_ids == ["7-0"] * 3 + ["7-1"] * 3
     assert batch.ground_truths[0] == "5" and batch.ground_truths[3] == ["7", "07"]

@@ -25,10 +25,12 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTrainer,
     group_sessions,
     jagged_scores,
+    left_out_sessions,
     parse_key,
     streamed_reward_metrics,
     trained_sessions,
 )
+from sarl.interface import RewardsFailedError  # noqa: E402
 from sarl.train import compose_train_config, launch_command  # noqa: E402
 
 # -- plain functions ----------------------------------------------------------------------------
@@ -65,6 +67,14 @@ def test_a_prompt_with_failed_rollouts_keeps_what_it_has_and_is_counted():
     sessions = [("p", i) for i in range(4)] + [("q", 0), ("q", 2)]
     keep, short = trained_sessions(sessions, 3, seed=0)
     assert short == 1 and ("q", 0) in keep and ("q", 2) in keep and len(keep) == 5
+
+
+def test_failed_sessions_and_groups_without_two_usable_ones_are_left_out():
+    failed = {("p", 0): False, ("p", 1): True, ("p", 2): False, ("q", 0): True, ("q", 1): False, ("r", 0): False}
+    out, dropped = left_out_sessions(failed, min_usable=2)
+    assert out == {("p", 1), ("q", 0), ("q", 1), ("r", 0)} and dropped == 2  # q has one usable, r one session
+    out, dropped = left_out_sessions(failed, min_usable=1)  # GAE: no group baseline, only failures go
+    assert out == {("p", 1), ("q", 0)} and dropped == 0
 
 
 def test_jagged_scores_put_the_score_on_the_last_token():
@@ -347,6 +357,46 @@ def test_per_response_metrics_are_added_to_verls_step_metrics(transfer_queue, tm
     assert metrics["reward/score/mean"] == pytest.approx(0.5) and metrics["reward/failed"] == 1.0
     assert metrics["reward/sr/mean"] == pytest.approx(0.5) and metrics["reward/L/mean"] == 1.0
     assert metrics["reward/missing_info"] == 0.0
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def put_reward_infos(batch, failed_rows):
+    from verl.utils import tensordict_utils as tu
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    extra = [
+        {**e, "reward_extra_info": {"score": 0.0 if i in failed_rows else 1.0, "failed": float(i in failed_rows)}}
+        for i, e in enumerate(data.get("extra_fields").tolist())
+    ]
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict({"extra_fields": extra}))
+
+
+@pytest.mark.slow
+def test_failed_rewards_are_cleared_from_the_training_batch_before_advantages(
+    transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer, monkeypatch
+):
+    """Per-response rewards (the reward info verl's agent loop stored): p1 keeps its 3 usable sessions, p2 has
+    one usable of 4 and is dropped; what reaches verl's batch balancing (and the advantage) is p1's three."""
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    trainer.tokenizer = byte_tokenizer
+    batch = put_rollouts(byte_tokenizer, "train", rollouts_in_completion_order())
+    failed_rows = {i for i, key in enumerate(batch.keys) if key in ("p1_1_0", "p2_0_0", "p2_1_0", "p2_3_0")}
+    put_reward_infos(batch, failed_rows)
+    seen = []
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", lambda self, b, metrics, **kw: seen.append(b) or b)
+    metrics = {}
+    out = trainer._balance_batch(batch, metrics)
+    assert sorted(out.keys) == ["p1_0_0", "p1_2_0", "p1_3_0"] and seen == [out]
+    assert metrics["reward/left_out"] == 5.0 and metrics["reward/groups_dropped"] == 1.0
+    stored = set(tq.kv_list(partition_id="train").get("train", {}))
+    assert stored == {"p1_0_0", "p1_2_0", "p1_3_0"}  # the left-out rows are cleared from TransferQueue
+    tq.kv_clear(keys=out.keys, partition_id="train")
+    # a batch with no usable reward stops the run
+    batch = put_rollouts(byte_tokenizer, "train", rollouts_in_completion_order())
+    put_reward_infos(batch, set(range(len(batch))))
+    with pytest.raises(RewardsFailedError, match="no usable reward"):
+        trainer._balance_batch(batch, {})
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
