@@ -89,6 +89,11 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.clip_ratio_low": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
     "train.clip_ratio_high": (lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0"),
     "train.dry_run": (lambda v: isinstance(v, bool), "true or false"),
+    "train.lr_schedule": (lambda v: v in ("constant", "cosine"), "constant or cosine"),
+    "train.min_lr_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v <= 1, "a number in [0, 1]"),
+    "train.lr_warmup_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
+    "train.mask_truncated": (lambda v: isinstance(v, bool), "true or false"),
+    "train.max_failed_steps": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (or null: never stop)"),
     "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
     "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
 }
@@ -314,6 +319,21 @@ def check_reward_endpoints(cfg: DictConfig, reward_cfg: dict) -> None:
         )
 
 
+def check_reward_dependencies(reward_cfg: dict) -> None:
+    """The reward's embedding endpoint (its external dependency on verl: the reward itself is built in verl's
+    workers) embeds one text; a dead one is a UserError naming it, before any GPU work."""
+    embedder = reward_cfg.get("embedder") or {}
+    if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder":
+        return
+    from hydra.utils import instantiate
+
+    from sarl.reward import embedder_problem
+
+    problem = embedder_problem(instantiate(embedder))
+    if problem:
+        raise UserError(f"the reward cannot run: {problem}")
+
+
 def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
     experiment = experiment_name(choices)
     check_landed(cfg, choices)
@@ -386,6 +406,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     run_cheap_checks(cfg, verl_cfg, run_dir)
     meta, env = run_record(cfg, choices, experiment, run_dir)
     with server if server is not None else contextlib.nullcontext():
+        check_reward_dependencies(reward_cfg)  # the server is up: a dead endpoint stops the run before verl starts
         (run_dir / f"{VERL_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(verl_cfg))
         if "wandb" in cfg.logger.backends:
             _wandb_record(cfg, meta, run_dir, env)

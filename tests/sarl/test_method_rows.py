@@ -100,3 +100,18 @@ def test_bad_schedule_temperature_and_masking_say_why(override, match, tmp_path)
     cfg, _ = compose_train_config(["+exp=grpo_sarl_math", override])
     with pytest.raises(ValueError, match=match):
         build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), "x")
+
+
+def test_the_schedule_and_truncation_masking_reach_trl(tmp_path):
+    """backend=trl: the same train.* keys as on verl (transformers' cosine with a floor, TRL's masking)."""
+    from sarl.backends.trl.run import grpo_args
+    from sarl.train import compose_train_config
+
+    cfg, _ = compose_train_config(["+exp=smoke"])
+    args = grpo_args(cfg, tmp_path)
+    assert args.lr_scheduler_type == "constant" and not args.mask_truncated_completions
+    overrides = ["train.lr_schedule=cosine", "train.min_lr_ratio=0.1", "train.mask_truncated=true"]
+    cfg, _ = compose_train_config(["+exp=smoke", *overrides])
+    args = grpo_args(cfg, tmp_path)
+    assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr_rate": 0.1}
+    assert args.mask_truncated_completions

@@ -115,6 +115,7 @@ def test_sigterm_to_train_stops_verl_and_the_embedding_server_and_exits_143(tmp_
         "data.expected_count=null",
         "logger=none",
         "embedding.url=auto",
+        "embedding.dim=3",  # the stand-in server's vectors (sarl.train embeds one text before launch)
         f"embedding_server.python={fake_vllm_python(tmp_path)}",
         "embedding_server.startup_timeout_s=60",
         "backend.entry_module=fake_verl_entry",

@@ -197,8 +197,10 @@ def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "use_cpu": bool(b.use_cpu),
         "gradient_checkpointing": bool(b.gradient_checkpointing),
         "disable_tqdm": not bool(b.progress_bar),
-        "lr_scheduler_type": b.lr_scheduler_type,
-        "warmup_steps": int(b.warmup_steps),
+        # train.lr_schedule: constant, or cosine down to train.min_lr_ratio x lr (verl's cosine with a floor)
+        "lr_scheduler_type": "cosine_with_min_lr" if t.lr_schedule == "cosine" else "constant",
+        "lr_scheduler_kwargs": {"min_lr_rate": float(t.min_lr_ratio)} if t.lr_schedule == "cosine" else {},
+        "warmup_steps": float(t.lr_warmup_ratio),  # transformers 5: a float below 1 is a share of the steps
         "weight_decay": float(b.weight_decay),
         "max_grad_norm": float(b.max_grad_norm),
         "dataloader_num_workers": 0,
@@ -231,7 +233,7 @@ def grpo_args(cfg: DictConfig, run_dir: Path):
         num_iterations=1,
         loss_type=b.loss_type,
         scale_rewards="group",  # GRPO: (r - mean) / std within the prompt's group
-        mask_truncated_completions=False,
+        mask_truncated_completions=bool(t.mask_truncated),  # reward and gradient of capped responses dropped
         shuffle_dataset=bool(t.shuffle),
         use_vllm=bool(b.use_vllm),
         log_completions=False,
