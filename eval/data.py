@@ -13,6 +13,7 @@ from typing import Any
 
 from eval.cache import stable_hash
 from eval.grading import gold_answers
+from sarl.errors import UserError
 
 KINDS = ("math", "wildbench")
 
@@ -57,7 +58,7 @@ def load_benchmark(path: str | Path, benchmark: str, kind: str, limit: int | Non
         raise ValueError(f"benchmark kind {kind!r} not known; choose one of: {', '.join(KINDS)}")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
+        raise UserError(
             f"benchmark {benchmark!r}: {path} does not exist; prepare it first "
             f"(python -m sarl.data.prepare dataset={benchmark}) or set paths.data_dir"
         )

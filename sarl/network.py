@@ -22,9 +22,10 @@ def is_loopback(host: str) -> bool:
             return False
 
 
-def routable_ip(toward: str | None = None) -> str:
+def routable_ip(toward: str | None = None, allow_loopback: bool = False) -> str:
     """This node's address on the interface that routes toward `toward` (a host or address; None: the
-    default route). No packet is sent: a UDP socket is connected, which only picks the route."""
+    default route); OSError if that is a loopback address, unless `allow_loopback`. No packet is sent: a UDP
+    socket is connected, which only picks the route."""
     target = toward or "192.0.2.1"  # TEST-NET-1: routed by the default route, never answered
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
@@ -32,6 +33,6 @@ def routable_ip(toward: str | None = None) -> str:
             ip = s.getsockname()[0]
         except OSError as err:
             raise OSError(f"no route from this node toward {target}: {err}") from err
-    if is_loopback(ip) or ip == "0.0.0.0":
+    if not allow_loopback and (is_loopback(ip) or ip == "0.0.0.0"):
         raise OSError(f"this node's route toward {target} is a loopback address ({ip})")
     return ip

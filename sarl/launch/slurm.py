@@ -203,18 +203,15 @@ def interface_ip(name: str) -> str:
 def node_ip_address(head: str, port: int, interface: str | None) -> str:
     """This node's IP address for Ray: that of `interface` (launcher.ray_interface), else that of the interface
     that routes to `head` (the head's host name or address; on the head itself, its own address)."""
-    where = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
-        f"the head node's name {head!r} resolves to a loopback address there"
-    )
-    try:
-        ip = interface_ip(interface) if interface else routable_ip(socket.gethostbyname(head))
-        if is_loopback(ip):
-            raise OSError(where)
-    except OSError as err:
+    ip = interface_ip(interface) if interface else routable_ip(socket.gethostbyname(head), allow_loopback=True)
+    if is_loopback(ip):
+        why = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
+            f"the head node's name {head!r} resolves to a loopback address there"
+        )
         raise RuntimeError(
-            f"Ray has no usable address on {socket.gethostname()}: {err}; set launcher.ray_interface "
+            f"Ray would listen on {ip} (loopback) on {socket.gethostname()}: {why}; set launcher.ray_interface "
             "to the network interface the nodes reach each other on (e.g. ib0)"
-        ) from err
+        )
     return ip
 
 

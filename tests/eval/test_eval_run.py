@@ -240,19 +240,16 @@ def test_fully_cached_run_logs_to_wandb_without_loading_the_model(full_run, tiny
     assert again["math"] == first["math"] and again["wildbench"] == first["wildbench"]
 
 
-def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="no checkpoint"):
-        eval_run.main([f"paths.root={tmp_path}"])
-    with pytest.raises(ValueError, match="choose one of: vllm, openai, transformers"):
-        eval_run.main(
-            overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **{"generator.backend": "tgi"})
-        )
-    with pytest.raises(FileNotFoundError, match="prepare it first"):
-        eval_run.main(
-            overrides(
-                tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **{"benchmarks.math": "[aime25]"}
-            )
-        )
+def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path, monkeypatch, caplog):
+    """A user's mistake is one logged line and exit code 2, before any model is loaded."""
+    assert eval_run.main([f"paths.root={tmp_path}"]) == 2
+    assert "no checkpoint" in caplog.text
+    tgi = overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **{"generator.backend": "tgi"})
+    assert eval_run.main(tgi) == 2
+    assert "choose one of: vllm, openai, transformers" in caplog.text
+    missing = {"benchmarks.math": "[aime25]"}
+    assert eval_run.main(overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **missing)) == 2
+    assert "prepare it first" in caplog.text
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = eval_run.compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
     pending = {("toy_wildbench", "wb-1", 0): "<think>x</think> an answer to judge"}

@@ -59,10 +59,20 @@ def test_wandb_env_modes(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
+def test_the_trainer_actor_sees_the_wandb_settings(tmp_path, monkeypatch):
     """verl's own run_ppo (ray.init with the config's runtime_env) and a task runner standing in for verl's:
     the actor's environment carries the settings although this process's environment does not."""
+    import shutil
+    import tempfile
+
     import ray
+
+    # a Ray of its own (never a cluster some other test or job left on this node), in a short temp path (Ray's
+    # socket paths are limited), given time to start on a loaded machine
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "120")
     from verl.trainer.main_ppo import run_ppo
 
     cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={MODELS / 'qwen3_4b'}"])
@@ -87,6 +97,7 @@ def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
         run_ppo(verl_cfg, task_runner_class=EnvRunner)
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     seen = yaml.safe_load(out.read_text())
     assert seen == {k: env_vars[k] for k in seen} and seen["WANDB_RUN_ID"] == "grpo_sarl_math-run"
 
