@@ -100,7 +100,10 @@ class EMPOReward:
         self.failure_counts: Counter[str] = Counter()
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can or if there is
+        none (the math setting groups answers by equivalence and embeds nothing)."""
+        if self.embedder is None:
+            return None
         from sarl.reward import embedder_problem
 
         return embedder_problem(self.embedder)

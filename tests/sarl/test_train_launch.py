@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config  # noqa: E402
 from sarl.network import is_loopback, routable_ip  # noqa: E402
-from sarl.train import compose_train_config, experiment_name, planned_embedding_server, wandb_env  # noqa: E402
+from sarl.train import compose_train_config, planned_embedding_server, wandb_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -58,54 +58,66 @@ def test_wandb_env_modes(tmp_path):
     assert wandb_env(cfg_none, "x", tmp_path / "r", home) == {}
 
 
+ACTOR_ENV_SCRIPT = r"""
+import os, sys, yaml, ray
+from omegaconf import OmegaConf, read_write
+from verl.trainer.main_ppo import run_ppo
+from sarl.backends.verl.config import build_verl_config
+from sarl.train import compose_train_config, experiment_name, wandb_env
+
+model, run_dir, out = sys.argv[1:4]
+cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={model}"])
+env_vars = wandb_env(cfg, experiment_name(choices), __import__("pathlib").Path(run_dir), {"HOME": os.environ["HOME"]})
+verl_cfg = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), run_dir, "e", env_vars=env_vars)
+with read_write(verl_cfg.ray_kwargs.ray_init):
+    verl_cfg.ray_kwargs.ray_init.num_cpus = 1
+KEYS = ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR")
+assert not any(k in os.environ for k in KEYS)
+
+@ray.remote(num_cpus=0)
+class EnvRunner:
+    def run(self, config):
+        with open(out, "w") as f:
+            yaml.safe_dump({"seen": {k: os.environ.get(k) for k in KEYS}, "sent": env_vars}, f)
+
+try:
+    run_ppo(verl_cfg, task_runner_class=EnvRunner)
+finally:
+    ray.shutdown()
+"""
+
+
 @pytest.mark.slow
-def test_the_trainer_actor_sees_the_wandb_settings(tmp_path, monkeypatch):
+def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
     """verl's own run_ppo (ray.init with the config's runtime_env) and a task runner standing in for verl's:
-    the actor's environment carries the settings although this process's environment does not."""
+    the actor's environment carries the settings although the launching process's environment does not. In a
+    process of its own: a Ray of its own (RAY_ADDRESS=local), in a short temp path (Ray's socket paths are
+    limited), with a HOME of its own (no Ray auth token another Ray left there)."""
     import shutil
     import tempfile
 
-    import ray
-
-    # a Ray of its own (never a cluster some other test or job left on this node), in a short temp path (Ray's
-    # socket paths are limited), given time to start on a loaded machine
-    monkeypatch.setenv("RAY_ADDRESS", "local")
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
-    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "120")
-    from verl.trainer.main_ppo import run_ppo
-
-    cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={MODELS / 'qwen3_4b'}"])
-    run_dir = tmp_path / "run"
-    env_vars = wandb_env(cfg, experiment_name(choices), run_dir, {"HOME": str(tmp_path)})
-    verl_cfg = build_verl_config(
-        cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(run_dir), "e", env_vars=env_vars
-    )
-    with read_write_ray(verl_cfg):
-        verl_cfg.ray_kwargs.ray_init.num_cpus = 1
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_"))}
+    env.update(HOME=str(tmp_path), RAY_ADDRESS="local", RAY_TMPDIR=ray_tmp, RAY_gcs_server_port_wait_time_s="120")
+    script = tmp_path / "actor_env.py"
+    script.write_text(ACTOR_ENV_SCRIPT)
     out = tmp_path / "env.yaml"
-
-    @ray.remote(num_cpus=0)
-    class EnvRunner:
-        def run(self, config):
-            keys = ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR")
-            out.write_text(yaml.safe_dump({k: os.environ.get(k) for k in keys}))
-
-    for k in ("WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR"):
-        assert k not in os.environ
     try:
-        run_ppo(verl_cfg, task_runner_class=EnvRunner)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(MODELS / "qwen3_4b"), str(tmp_path / "run"), str(out)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
     finally:
-        ray.shutdown()
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    seen = yaml.safe_load(out.read_text())
-    assert seen == {k: env_vars[k] for k in seen} and seen["WANDB_RUN_ID"] == "grpo_sarl_math-run"
-
-
-def read_write_ray(verl_cfg):
-    from omegaconf import read_write
-
-    return read_write(verl_cfg.ray_kwargs.ray_init)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = yaml.safe_load(out.read_text())
+    seen, sent = result["seen"], result["sent"]
+    assert seen == {k: sent[k] for k in seen} and seen["WANDB_RUN_ID"] == "grpo_sarl_math-run"
+    assert seen["WANDB_MODE"] == "offline"  # no key under this HOME
 
 
 # -- several nodes: a reward server every node reaches ------------------------------------------
