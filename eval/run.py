@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from eval.cache import SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash, text_hash
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
-from sarl.errors import UserError, check_writable_dir, debug_requested
+from sarl.errors import UserError, check_writable_dir, composition_error_message, debug_requested
 
 log = logging.getLogger("eval.run")
 
@@ -50,8 +50,7 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_eval"):
             cfg = compose(config_name="eval", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        raise UserError(" ".join(lines[:2]) or type(err).__name__) from err
+        raise UserError(composition_error_message(err)) from err
     cfg.paths.root = str(Path(cfg.paths.root).resolve())
     return cfg
 

@@ -18,6 +18,16 @@ class UserError(ValueError):
     """A setting or input that cannot work as given; the message says which and what to do."""
 
 
+def composition_error_message(err: Exception) -> str:
+    """Hydra's or OmegaConf's composition error in one line: its first two lines, or for an unknown option the
+    line naming it followed by the valid options."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
+    if head is not None:  # an unknown option: name the valid ones on the same line
+        return " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
+    return " ".join(lines[:2]) or type(err).__name__
+
+
 def debug_requested() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("SARL_DEBUG") == "1"
 

@@ -174,10 +174,9 @@ def check_attention(cfg: DictConfig) -> Check:
 
 
 def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | None:
-    embedder = reward_cfg.get("embedder") or {}
-    if embedder.get("_target_") == "sarl.embed.http.HTTPEmbedder" and embedder.get("url") == "auto":
-        return float(cfg.embedding_server.gpu_memory_utilization)
-    return None
+    from sarl.train import starts_embedding_server
+
+    return float(cfg.embedding_server.gpu_memory_utilization) if starts_embedding_server(reward_cfg) else None
 
 
 def check_memory_plan(
@@ -318,8 +317,9 @@ def check_wandb(cfg: DictConfig, environ: dict[str, str] | None = None) -> Check
         return Check("W&B", True, "not used (logger=none)")
     if _version("wandb") is None:
         return Check("W&B", False, "wandb not installed", "pip install wandb, or logger=none")
-    netrc = Path.home() / ".netrc"
-    key = bool(environ.get("WANDB_API_KEY")) or (netrc.exists() and "api.wandb.ai" in netrc.read_text())
+    from sarl.train import wandb_key_available
+
+    key = wandb_key_available(environ)
     mode = environ.get("WANDB_MODE") or ("online" if key else "offline")
     if mode == "online" and not key:
         return Check("W&B", False, "WANDB_MODE=online but no API key", "wandb login (or export WANDB_API_KEY)")

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from sarl.errors import UserError, debug_requested
+from sarl.errors import UserError, composition_error_message, debug_requested
 from sarl.signals import stop_process_group
 
 log = logging.getLogger("sarl.train")
@@ -56,13 +56,7 @@ def compose_user_config(overrides: list[str]) -> tuple[DictConfig, dict[str, Any
     try:
         cfg, choices = compose_train_config(overrides)
     except (HydraException, OmegaConfBaseException) as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
-        if head is not None:  # an unknown option: name the valid ones on the same line
-            message = " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
-        else:
-            message = " ".join(lines[:2])
-        raise UserError(message or type(err).__name__) from err
+        raise UserError(composition_error_message(err)) from err
     validate_train_values(cfg)
     return cfg, choices
 
@@ -208,11 +202,15 @@ def git_commit() -> str:
         return "unknown"
 
 
+def wandb_key_available(env: dict[str, str]) -> bool:
+    """Whether W&B has an API key: WANDB_API_KEY, or an api.wandb.ai entry in ~/.netrc (`wandb login`)."""
+    netrc = Path.home() / ".netrc"
+    return bool(env.get("WANDB_API_KEY")) or (netrc.exists() and "api.wandb.ai" in netrc.read_text())
+
+
 def wandb_offline_unless_logged_in(env: dict[str, str]) -> None:
     """WANDB_MODE=offline when there is no API key (env or ~/.netrc)."""
-    netrc = Path.home() / ".netrc"
-    has_key = bool(env.get("WANDB_API_KEY")) or (netrc.exists() and "api.wandb.ai" in netrc.read_text())
-    if not has_key and "WANDB_MODE" not in env:
+    if not wandb_key_available(env) and "WANDB_MODE" not in env:
         env["WANDB_MODE"] = "offline"
         log.info("no W&B API key: WANDB_MODE=offline")
 
@@ -239,15 +237,21 @@ def wandb_env(cfg: DictConfig, experiment: str, run_dir: Path, environ: dict[str
     return out
 
 
+def starts_embedding_server(reward_cfg: dict) -> bool:
+    """Whether the reward's embedder is the HTTP client with url "auto": sarl.train then starts the server."""
+    embedder = reward_cfg.get("embedder") or {}
+    return embedder.get("_target_") == "sarl.embed.http.HTTPEmbedder" and embedder.get("url") == "auto"
+
+
 def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
     """The standalone embedding server when the reward's embedder asks for url "auto" (not started yet), with
     its URL written into `reward_cfg` now, so that the config verl receives carries it. One node: bound and
     reached at 127.0.0.1. Several nodes (`train.nnodes` > 1): verl's reward workers run on every node, so the
     server listens on all interfaces and is reached at this node's routable address. Pinned to the GPU
     `embedding_server.gpu` of the node's visible GPUs (the one the memory plan charges)."""
-    embedder = reward_cfg.get("embedder") or {}
-    if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder" or embedder.get("url") != "auto":
+    if not starts_embedding_server(reward_cfg):
         return None
+    embedder = reward_cfg["embedder"]
     from sarl.embed.server import EmbeddingServer
     from sarl.network import routable_ip
 
