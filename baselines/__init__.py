@@ -1,3 +1,3 @@
-"""Baseline rewards behind the one reward interface (SPEC 2): ground truth, TTRL, EMPO, EVOL-RL, DPO pairs;
-and the other structure-aware methods of the seeds: GRP/PASC-GRPO (seed 003), LCS and MaxFlow (seed 004),
+"""Baseline rewards behind the one reward interface (decisions §2): ground truth, TTRL, EMPO, EVOL-RL, DPO pairs;
+and the other structure-aware methods of the papers: GRP/PASC-GRPO (GRP), LCS and MaxFlow (Structured Reasoning),
 with a weighted-sum combinator for joint rewards."""

@@ -1,4 +1,4 @@
-"""A weighted sum of rewards, e.g. Structured Reasoning's JOINT reward, FLOW:LCS 1:1 (seed 004 Table 11).
+"""A weighted sum of rewards, e.g. Structured Reasoning's JOINT reward, FLOW:LCS 1:1 (Structured Reasoning Table 11).
 
 score = sum_c weight_c * score_c over the components; each component's diagnostics are reported as
 `<component>/<key>`, its score as `<component>/score`. A row fails (`failed`, score `failed_score`) when any

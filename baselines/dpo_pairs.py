@@ -1,4 +1,4 @@
-"""DPO preference pairs from OpenRubrics-v2 rows (SARL Table 3 "DPO"; SPEC section 2 "DPO").
+"""DPO preference pairs from OpenRubrics-v2 rows (SARL Table 3 "DPO"; decisions §2.5 "DPO").
 
 Each row has `instruction`, `response_a`, `response_b` and `winner`; a pair is
 {"prompt": instruction, "chosen": winning response, "rejected": the other}. Loading the data set and the

@@ -1,5 +1,5 @@
 """EMPO: semantic entropy minimisation (Zhang et al. 2025, "Right Question is Already Half the Answer";
-SPEC section 2 "EMPO").
+decisions §2.3 "EMPO").
 
 Cluster a prompt's G responses by meaning; reward each response with the empirical probability of its
 cluster, p(c) = |c| / G, whose expectation is minimised semantic entropy H = -sum_c p(c) log p(c).

@@ -1,4 +1,4 @@
-"""Ground-truth reward (SARL Table 2 "w/ Ground-Truth"; SPEC section 2 "Ground truth").
+"""Ground-truth reward (SARL Table 2 "w/ Ground-Truth"; decisions §2.1 "Ground truth").
 
 r = 1 if the final answer (last `\\boxed{}` after `</think>`) is equivalent to the gold answer under
 math-verify, `verify(gold, pred)` with the gold first; else 0. A gold may be a list of accepted answers
@@ -57,6 +57,6 @@ class GroundTruthReward:
         answer = extract_answer(response, answer_in_unclosed_think=self.answer_in_unclosed_think)
         if answer is None:
             return RewardOutput(0.0, {"acc": 0.0, "no_answer": 1.0, "grader_timeout": 0.0})
-        verdict = grader.check_any(answer, accepted)  # verify(gold, pred), gold first (SPEC 2)
+        verdict = grader.check_any(answer, accepted)  # verify(gold, pred), gold first (decisions §2)
         diagnostics = {"acc": float(verdict.ok), "no_answer": 0.0, "grader_timeout": float(verdict.timed_out)}
         return RewardOutput(float(verdict.ok), diagnostics)

@@ -1,4 +1,4 @@
-"""Graph Reasoning Paradigm rewards and PASC-GRPO's SCAE advantage (seed 003 Sec. 3.1-3.2).
+"""Graph Reasoning Paradigm rewards and PASC-GRPO's SCAE advantage (GRP Sec. 3.1-3.2).
 
 Output format (the paper shows it only in figures; our serialisation): inside `<think>...</think>`, blocks
 wrapped in one of 7 cognitive labels, one node per line as a JSON object, the final answer in
@@ -30,7 +30,7 @@ SCAE (Sec. 3.2.2, Eq. 14-16), per group with mean accuracy r̄ and mean aux rewa
 wrong rollouts: correct A_i = (1 - r̄) + max(0, aux_i - r̄+); wrong A_j = -r̄ + min(0, aux_j - r̄-); no std
 normalisation.
 
-Decisions where the paper is silent (seed-003 notes):
+Decisions where the paper is silent (decisions §4):
 - the parser is strict and total: a line that is not an opening label, a closing label or one JSON object
   with exactly the keys id (int), parents_id (list of int) and content (str); text outside label blocks; an
   unknown label; nested, unclosed or empty blocks; duplicate ids; or no `</think>` (truncated) -> a parse
@@ -73,7 +73,7 @@ from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 log = logging.getLogger(__name__)
 
-LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # seed 003 App. B
+LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # GRP App. B
 REWARD_NAMES = ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")  # the terms of Eq. (13), in order
 DEFAULT_WEIGHTS = {name: 0.2 for name in REWARD_NAMES}
 SCAE_ESTIMATOR = "scae"
@@ -85,7 +85,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 @dataclass
 class Node:
-    """v = (id, parents_id, content) (seed 003 Eq. 1), with its label and label block."""
+    """v = (id, parents_id, content) (GRP Eq. 1), with its label and label block."""
 
     id: int
     parents: list[int]
@@ -215,10 +215,10 @@ def _reached_by(g: nx.DiGraph, target: int) -> set[int]:
 
 
 def graph_rewards(parse: GraphParse, count_tokens: Any = None, start: str = "first_known") -> dict[str, float]:
-    """The rewards of seed 003 Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
+    """The rewards of GRP Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
     `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`, `repeated_parents`.
 
-    `start`: "first_known" (v_start is the first known node, the notes' decision) or "all_known" (every
+    `start`: "first_known" (v_start is the first known node, decisions §4) or "all_known" (every
     known node is an initial condition: v ~> end from any of them)."""
     if start not in START_MODES:
         raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
@@ -281,12 +281,12 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if any(v < 0 or not math.isfinite(v) for v in w.values()):
         raise ValueError(f"GRP weights must be finite and >= 0, got {w}")
     if abs(sum(w.values()) - 1.0) > 1e-9:
-        raise ValueError(f"GRP weights must sum to 1 (seed 003 Eq. 13), got {sum(w.values())}")
+        raise ValueError(f"GRP weights must sum to 1 (GRP Eq. 13), got {sum(w.values())}")
     return w
 
 
 def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT_WEIGHTS) -> float:
-    """Seed 003 Eq. (13): R_graph = sum_i w_i R_i."""
+    """GRP Eq. (13): R_graph = sum_i w_i R_i."""
     return float(sum(weights[k] * rewards[k] for k in REWARD_NAMES))
 
 
@@ -296,7 +296,7 @@ def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT
 
 
 def scae_advantages(acc: np.ndarray, aux: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
-    """Seed 003 Eq. (14)-(16): per group, A_i = (1 - r̄) + max(0, aux_i - r̄+) for a correct rollout and
+    """GRP Eq. (14)-(16): per group, A_i = (1 - r̄) + max(0, aux_i - r̄+) for a correct rollout and
     A_j = -r̄ + min(0, aux_j - r̄-) for a wrong one; r̄ the group's mean accuracy, r̄+ / r̄- the mean aux
     reward over its correct / wrong rollouts. Accuracy must be 0 or 1."""
     acc = np.asarray(acc, dtype=np.float64)
@@ -363,7 +363,7 @@ def register_verl() -> None:
     def compute_scae_outcome_advantage(
         token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **_: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """PASC-GRPO's SCAE (seed 003 Eq. 14-16) on packed GRP scores, grouped by uid; outcome only."""
+        """PASC-GRPO's SCAE (GRP Eq. 14-16) on packed GRP scores, grouped by uid; outcome only."""
         with torch.no_grad():
             acc, aux = unpack_scae(token_level_rewards.sum(dim=-1).double().cpu().numpy())
             adv = scae_advantages(acc, aux, np.asarray(index))
@@ -387,7 +387,7 @@ def _gradable(answer: str | None) -> str:
 
 
 class GRPReward:
-    """GRP's process-aware graph reward with accuracy (seed 003 Sec. 3.2).
+    """GRP's process-aware graph reward with accuracy (GRP Sec. 3.2).
 
     combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
     `pack_scae(acc, R_graph)` for the `scae` advantage estimator. Diagnostics: `acc`, `R_graph`, each

@@ -1,10 +1,10 @@
-"""Structured Reasoning's step tags (seed 004): the prompt, its RL-time tag randomisation, the tagged-step
+"""Structured Reasoning's step tags: the prompt, its RL-time tag randomisation, the tagged-step
 parser shared by the MaxFlow and LCS rewards, and the format score.
 
-- 23 tags, in the prompt's order (seed 004 App. A.14 "Mathematical Problem Solving Template").
+- 23 tags, in the prompt's order (Structured Reasoning App. A.14 "Mathematical Problem Solving Template").
 - The prompt asks for a tag "at the beginning of each sentence"; a step starts at a tag and runs to the next
-  one (closing tags optional). The free-form ablation (seed 004 App. B) splits on "\\n\\n" instead.
-- RL-time randomisation (seed 004 App. A.4 "Tag Randomization for Robustness"): keep the top 5 tags, add 0-5
+  one (closing tags optional). The free-form ablation (Structured Reasoning App. B) splits on "\\n\\n" instead.
+- RL-time randomisation (Structured Reasoning App. A.4 "Tag Randomization for Robustness"): keep the top 5 tags, add 0-5
   random others, shuffle.
 
 Decisions where the paper is silent:
@@ -14,7 +14,7 @@ Decisions where the paper is silent:
 - text before the first tag is one untagged step (tag None), flagged `untagged_prefix`;
 - a step's span starts at its opening tag; its text is the content with the tag markup removed;
 - the answer is the text after the last `</think>` (the response's conclusion); the reasoning is the
-  `<think>` block with SPEC 1's rules (`</think>` alone: everything before it; no tag at all: the whole
+  `<think>` block with decisions §1's rules (`</think>` alone: everything before it; no tag at all: the whole
   response, flagged `no_think`; `<think>` alone: truncated);
 - format score (weight 1.0 in the paper, undefined there): 1 if the reasoning is closed by `</think>`, has
   at least one tagged step and no untagged prefix, and a `\\boxed{}` answer follows `</think>`; else 0.
@@ -33,7 +33,7 @@ import numpy as np
 from eval.grading import extract_answer
 from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
-# Seed 004 App. A.14, in the prompt's order.
+# Structured Reasoning App. A.14, in the prompt's order.
 TAGS: tuple[str, ...] = (
     "rephrase",
     "inference",
@@ -69,7 +69,7 @@ _CLOSING_TAG = re.compile(r"</(?:" + "|".join(TAGS) + r")>", re.IGNORECASE)
 
 
 def structured_prompt(question: str, tags: Sequence[str] = TAGS) -> str:
-    """The math prompt of seed 004 App. A.14 with the given tags (default: all 23, in the paper's order)."""
+    """The math prompt of Structured Reasoning App. A.14 with the given tags (default: all 23, in the paper's order)."""
     unknown = [t for t in tags if t not in _TAG_SET]
     if unknown:
         raise ValueError(f"unknown tags {unknown}; choose from: {', '.join(TAGS)}")
@@ -84,7 +84,7 @@ def structured_prompt(question: str, tags: Sequence[str] = TAGS) -> str:
 def randomized_tags(
     rng: np.random.Generator, top: Sequence[str] = TOP_TAGS, max_extra: int = 5, tags: Sequence[str] = TAGS
 ) -> list[str]:
-    """Seed 004 App. A.4: the `top` tags plus 0..max_extra random others from the rest, shuffled."""
+    """Structured Reasoning App. A.4: the `top` tags plus 0..max_extra random others from the rest, shuffled."""
     missing = [t for t in top if t not in tags]
     if missing:
         raise ValueError(f"top tags {missing} are not among the tags")
@@ -139,7 +139,7 @@ class StructuredResponse:
 
 
 def _reasoning_span(text: str) -> tuple[int, int, bool, bool, bool]:
-    """(start, end, closed, truncated, no_think) of the reasoning in `text` (SPEC 1's rules)."""
+    """(start, end, closed, truncated, no_think) of the reasoning in `text` (decisions §1's rules)."""
     open_at = text.find(THINK_OPEN)
     if open_at >= 0:
         start = open_at + len(THINK_OPEN)

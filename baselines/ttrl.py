@@ -1,4 +1,4 @@
-"""TTRL: majority vote as the pseudo-label (Zuo et al. 2025, arXiv:2504.16084; SPEC section 2 "TTRL").
+"""TTRL: majority vote as the pseudo-label (Zuo et al. 2025, arXiv:2504.16084; decisions §2.2 "TTRL").
 
 Per prompt (group): extract each response's final answer (last `\\boxed{}`), group equivalent answers
 (math equivalence, not raw strings), take the largest class as the pseudo-label, and reward 1 for an answer

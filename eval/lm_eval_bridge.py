@@ -1,4 +1,4 @@
-"""avg@k on lm-evaluation-harness tasks (GPQA, MMLU-Pro as in EVOL-RL, seed 002) through
+"""avg@k on lm-evaluation-harness tasks (GPQA, MMLU-Pro as in EVOL-RL) through
 `lm_eval.simple_evaluate`, with sampling that really samples and every repeat scored.
 
 lm-eval's defaults defeat avg@k in three ways (see shared notes "evaluation.md"): `repeats: k` with the

@@ -23,14 +23,14 @@ def mean(values: Sequence[float]) -> float | None:
 
 
 def benchmark_average(scores: Mapping[str, float]) -> float:
-    """SARL Table 2 `Avg`: the unweighted mean of the per-benchmark avg@k scores (SPEC 3)."""
+    """SARL Table 2 `Avg`: the unweighted mean of the per-benchmark avg@k scores (decisions §3)."""
     if not scores:
         raise ValueError("the average over benchmarks needs at least one benchmark score")
     return sum(float(v) for v in scores.values()) / len(scores)
 
 
 def relative_change(value: float, base: float) -> float:
-    """SARL Table 2/3 `Δ%`: (value - base) / base, in percent (SPEC 3)."""
+    """SARL Table 2/3 `Δ%`: (value - base) / base, in percent (decisions §3)."""
     if base == 0:
         raise ValueError("Δ% against a base score of 0 is undefined")
     return (float(value) - float(base)) / float(base) * 100.0

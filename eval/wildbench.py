@@ -39,7 +39,7 @@ CATEGORY_OF_TAG: dict[str, str] = {
     "Data Analysis": "Math & Data Analysis",
 }
 
-# WB Score macro weights (WildBench leaderboard `weights_by_task`; SPEC 3), divided by their sum 4.75.
+# WB Score macro weights (WildBench leaderboard `weights_by_task`; decisions §3), divided by their sum 4.75.
 CATEGORY_WEIGHTS: dict[str, float] = {
     "Creative Tasks": 0.5,
     "Planning & Reasoning": 1.25,
@@ -78,7 +78,7 @@ def task_categories(primary_tag: str, secondary_tags: Sequence[str] | None) -> l
 
 
 def category_score(scores: Sequence[float]) -> float:
-    """(mean S - 5) * 2 * 10: WildBench's adjusted score, 1..10 mapped onto -80..100 (SPEC 3)."""
+    """(mean S - 5) * 2 * 10: WildBench's adjusted score, 1..10 mapped onto -80..100 (decisions §3)."""
     if not scores:
         raise ValueError("a category score needs at least one task score")
     return (sum(scores) / len(scores) - 5.0) * 2.0 * 10.0
@@ -95,7 +95,7 @@ def category_scores(task_scores: Mapping[str, float], categories: Mapping[str, S
 
 def wb_score_macro(category_scores: dict[str, float]) -> float:
     """The WB Score: sum of weight * category score over the five categories, divided by 4.75 (the sum of
-    the weights), as the WildBench leaderboard computes `WB_score.task_macro` (SPEC 3)."""
+    the weights), as the WildBench leaderboard computes `WB_score.task_macro` (decisions §3)."""
     unknown = set(category_scores) - set(CATEGORY_WEIGHTS)
     if unknown:
         raise ValueError(f"unknown WildBench categories {sorted(unknown)}; expected: {', '.join(CATEGORY_WEIGHTS)}")

@@ -162,7 +162,7 @@ def _grouped(table: PaperTable, spec, cells_of) -> None:
 
 def accuracy_table(name: str, title: str, spec, results: dict[str, dict]) -> PaperTable:
     """SARL Tables 2 and 10: avg@k per math benchmark and `Avg (Δ%)`, Avg the unweighted mean of the four
-    benchmarks (SARL Table 2; SPEC 3) and Δ% against the base row (eval.results.with_delta)."""
+    benchmarks (SARL Table 2; decisions §3) and Δ% against the base row (eval.results.with_delta)."""
     t = PaperTable(name, title, ["Method"] + [c for _, c in MATH_BENCHMARKS] + ["Avg (Δ%)"])
     base = _math(results.get("base"))
     base_avg = _avg(base, "base", t)

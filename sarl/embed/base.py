@@ -92,7 +92,7 @@ class Embedder(ABC):
         return EmbeddingResult(vectors=vectors, failed=failed)
 
     def _validate(self, vec: np.ndarray) -> tuple[np.ndarray | None, str | None]:
-        """A unit vector, or the reason the raw vector is unusable (SPEC 1 "Embeddings")."""
+        """A unit vector, or the reason the raw vector is unusable (decisions §1.2 "Embeddings")."""
         v = np.asarray(vec, dtype=np.float64).ravel()
         if v.size != self.dim:
             return None, f"wrong embedding dimension: got {v.size}, expected {self.dim}"

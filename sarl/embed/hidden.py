@@ -1,4 +1,4 @@
-"""Policy hidden-state embedder (SARL draft, seed 001, App. A.1 "Implementation A"):
+"""Policy hidden-state embedder (SARL draft, App. A.1 "Implementation A"):
 e_t = (1/L_t) sum_j h^l_{t,j}, the mean of layer l's hidden states over the L_t tokens
 of step s_t, then unit-normalised (SARL Sec. 3.2)."""
 

@@ -1,4 +1,4 @@
-"""OpenRubrics-v2 rows -> DPO preference pairs (SPEC section 2 "DPO")."""
+"""OpenRubrics-v2 rows -> DPO preference pairs (decisions §2.5 "DPO")."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""EMPO semantic-cluster probabilities on hand-made groups (SPEC section 2 "EMPO")."""
+"""EMPO semantic-cluster probabilities on hand-made groups (decisions §2.3 "EMPO")."""
 
 import math
 import random

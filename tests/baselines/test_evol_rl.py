@@ -1,4 +1,4 @@
-"""EVOL-RL reward: worked numbers, edge cases and the majority-over-minority guarantee (seed 002 App. B.2, C.4-C.5)."""
+"""EVOL-RL reward: worked numbers, edge cases and the majority-over-minority guarantee (EVOL-RL App. B.2, C.4-C.5)."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""Ground-truth reward on literal examples (SPEC section 2 "Ground truth")."""
+"""Ground-truth reward on literal examples (decisions §2.1 "Ground truth")."""
 
 import random
 

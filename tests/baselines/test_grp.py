@@ -1,4 +1,4 @@
-"""GRP parser and rewards (seed 003 Eq. 1-13), SCAE (Eq. 14-16) and its verl estimator, on hand-worked
+"""GRP parser and rewards (GRP Eq. 1-13), SCAE (Eq. 14-16) and its verl estimator, on hand-worked
 graphs and through both backends' adapters."""
 
 import asyncio

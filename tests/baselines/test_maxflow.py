@@ -1,4 +1,4 @@
-"""MaxFlow reward (seed 004 Eq. 3-4, Sec. 4.3): step attention, capacity graph, max flow and step importance
+"""MaxFlow reward (Structured Reasoning Eq. 3-4, Sec. 4.3): step attention, capacity graph, max flow and step importance
 against hand-worked values and networkx, the attention pass on a tiny Qwen3, the reward and its configs."""
 
 import asyncio
@@ -41,7 +41,7 @@ SPANS = [(0, 2), (2, 3), (3, 4)]
 
 
 def test_step_attention_hand_worked():
-    """A_ij = 1/(H|T_i|) sum_h sum_{a in T_i} max_{b in T_j} Att_h[a, b] (seed 004 Eq. 3)."""
+    """A_ij = 1/(H|T_i|) sum_h sum_{a in T_i} max_{b in T_j} Att_h[a, b] (Structured Reasoning Eq. 3)."""
     a = step_attention(ATT, SPANS)
     expected = np.array(
         [

@@ -1,4 +1,4 @@
-"""TTRL majority vote on literal examples (SPEC section 2 "TTRL")."""
+"""TTRL majority vote on literal examples (decisions §2.2 "TTRL")."""
 
 import random
 

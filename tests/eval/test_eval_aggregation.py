@@ -1,5 +1,5 @@
 """Aggregation on worked values: avg@k, the answer after the thinking part, and SARL Tables 2, 3 and 8 rebuilt
-from their per-benchmark / per-category columns (numbers copied from seed 000)."""
+from their per-benchmark / per-category columns (numbers copied from SARL)."""
 
 import math
 
@@ -80,7 +80,7 @@ def test_table_8_average_length_and_delta(row):
 
 
 def test_wb_score_weights_are_the_leaderboards():
-    # 0.5, 1.25, 1.0, 0.75, 1.25 over 4.75 (SPEC 3): one category at 100, the others 0, gives weight/4.75*100
+    # 0.5, 1.25, 1.0, 0.75, 1.25 over 4.75 (decisions §3): one category at 100, the others 0, gives weight/4.75*100
     for category, weight in CATEGORY_WEIGHTS.items():
         scores = {c: (100.0 if c == category else 0.0) for c in CATEGORY_WEIGHTS}
         assert wb_score_macro(scores) == pytest.approx(100 * weight / 4.75)

@@ -1,4 +1,4 @@
-"""SPEC section 1 "Clustering": k rule, HDBSCAN parameters, agreement with scikit-learn."""
+"""decisions §1.3 "Clustering": k rule, HDBSCAN parameters, agreement with scikit-learn."""
 
 import warnings
 

@@ -101,7 +101,7 @@ def test_aime_1983_2024_in_verl_and_trl_layouts(tmp_path):
 
 
 def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_path):
-    """Seed 004 App. A.14 prompt; App. A.4 RL-time randomisation: the top 5 tags plus 0-5 others, shuffled,
+    """Structured Reasoning App. A.14 prompt; App. A.4 RL-time randomisation: the top 5 tags plus 0-5 others, shuffled,
     drawn per row from (prompt_seed, row id): rows differ, a rebuild is identical, the answers are unchanged."""
     import re
 
@@ -132,7 +132,7 @@ def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_p
 
 
 def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path):
-    """aime25_structured, the structured experiments' validation set: seed 004 App. A.14's "Mathematical Problem
+    """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.14's "Mathematical Problem
     Solving Template" with all 23 tags in the paper's order for every row, the same problems and golds as aime25."""
     from baselines.structured_prompt import TAGS
     from sarl.train import compose_train_config

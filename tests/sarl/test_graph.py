@@ -1,4 +1,4 @@
-"""SARL Eqs. (4)-(6) on SPEC's worked values, and the batched metrics against networkx."""
+"""SARL Eqs. (4)-(6) on decisions §1's worked values, and the batched metrics against networkx."""
 
 import math
 
@@ -16,7 +16,7 @@ from sarl.graph import (
     structure_reward,
 )
 
-# (label sequence, C, L, SR) from SPEC section 1 "Worked values".
+# (label sequence, C, L, SR) from decisions §1.6 "Worked values".
 WORKED = [
     ([0], 0.0, None, 0.0),  # one node, no edge
     ([0, 0, 0], 0.0, None, 0.0),  # repeats add nothing, no self loop

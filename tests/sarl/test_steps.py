@@ -1,4 +1,4 @@
-"""SPEC section 1 "Steps": think-block extraction, splitting and flags."""
+"""decisions §1.1 "Steps": think-block extraction, splitting and flags."""
 
 import pytest
 

@@ -50,7 +50,7 @@ from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import FAILED_KEY, is_group_reward, reward_from_config, row_metrics, score_rollouts
 from sarl.interface import RewardsFailedError, RolloutBatch
 
-_register_scae()  # PASC-GRPO's `scae` advantage estimator (seed 003 Eq. 14-16), in the trainer's process
+_register_scae()  # PASC-GRPO's `scae` advantage estimator (GRP Eq. 14-16), in the trainer's process
 
 log = logging.getLogger(__name__)
 
