@@ -455,3 +455,148 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
         ),
         "out_dir",
     )
+
+
+def test_failed_problems_exit_3_and_a_rerun_retries_only_them(tmp_path, grp_teacher):
+    """A teacher answer that is not JSON fails the problem for good (no transport retries here); the run
+    writes what finished, lists the failure, exits 3; the rerun asks only for the failed problem."""
+    server, script = grp_teacher
+    write_problems(tmp_path / "problems.jsonl", [PROBLEMS[0], PROBLEMS[2]])  # P1, P3
+
+    def broken_for_p3(srv, body):
+        if "[P3]" in body["messages"][-1]["content"]:
+            return 200, b"<html>bad gateway</html>"
+        return script(srv, body)
+
+    server.respond = broken_for_p3
+    manifest, code, out = run_synth(tmp_path, server.url, "grp_math")
+    assert code == 3 and not manifest["complete"]
+    assert manifest["problems"] == {"total": 2, "finished": 1, "from_cache": 0, "failed": 1}
+    assert manifest["failed"][0]["id"] == "P3" and "ChatRequestError" in manifest["failed"][0]["error"]
+    assert manifest["outputs"]["rows"] == 1
+    server.respond = script
+    n_before = len(server.requests)
+    again, code, _ = run_synth(tmp_path, server.url, "grp_math")
+    assert code == 0 and again["problems"]["from_cache"] == 1 and again["outputs"]["rows"] == 2
+    assert all("[P3]" in b["messages"][-1]["content"] for b in server.requests[n_before:])
+
+
+def test_structured_continue_prefill_for_vllm(tmp_path):
+    """prefill=continue: the App. A.14 prefix opens the assistant turn and vLLM continues it."""
+
+    def respond(srv, body):
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+        assert body["messages"][-1] == {"role": "assistant", "content": "<think>\n" + PREFIX}
+        return 200, chat_reply("inference> 3 + 4 = 7.\n</think>\n\nSo \\boxed{7}.")
+
+    server = teacher_server(respond)
+    try:
+        write_problems(tmp_path / "problems.jsonl", [{"id": "S1", "question": "What is 3 + 4?", "answer": "7"}])
+        manifest, code, out = run_synth(
+            tmp_path, server.url, "structured", "recipe.prefill=continue", "recipe.samples_per_problem=1"
+        )
+    finally:
+        server.close()
+    assert code == 0 and manifest["counts"]["examples_structured"] == 1
+    text = json.loads((out / "train.trl.jsonl").read_text())["completion"][0]["content"]
+    assert text == "<think>\n" + PREFIX + "inference> 3 + 4 = 7.\n</think>\n\nSo \\boxed{7}."
+
+
+FAKE_VLLM = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+args = sys.argv[sys.argv.index("vllm.entrypoints.openai.api_server") + 1:]
+opt = dict(zip(args[::2], args[1::2]))
+open(sys.argv[1], "w").write(json.dumps(args))
+GRAPH = {graph!r}
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def send(self, obj):
+        raw = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(raw))); self.end_headers()
+        self.wfile.write(raw)
+    def do_GET(self):
+        self.send({{"data": [{{"id": opt["--served-model-name"]}}]}} if self.path == "/v1/models" else {{}})
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        text = body["messages"][-1]["content"]
+        if "You check a reasoning graph" in text:
+            content = '{{"passed": true, "issues": []}}'
+        elif "You translate" in text:
+            content = GRAPH
+        else:
+            content = "The answer is \\\\boxed{{7}}."
+        self.send({{"choices": [{{"message": {{"role": "assistant", "content": content}}, "finish_reason": "stop"}}]}})
+HTTPServer((opt["--host"], int(opt["--port"])), H).serve_forever()
+"""
+
+
+@pytest.mark.slow
+def test_teacher_url_auto_starts_and_stops_a_vllm_server(tmp_path):
+    """teacher.url=auto starts `PYTHON -m vllm.entrypoints.openai.api_server --model M ...` through
+    sarl.embed.server.VLLMServer (here a stand-in script on loopback) and stops it when the run ends."""
+    import httpx
+
+    argv_file = tmp_path / "argv.json"
+    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM.format(graph=GOOD["P1"]))
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "fake_vllm.py"}" "{argv_file}" "$@"\n')
+    python.chmod(0o755)
+    write_problems(tmp_path / "problems.jsonl", [PROBLEMS[0]])
+    out = tmp_path / "out"
+    cfg = compose_synthesize_config(
+        [
+            "source=local",
+            f"input_file={tmp_path / 'problems.jsonl'}",
+            "teacher.url=auto",
+            "teacher.model=/models/teacher-7b",
+            f"teacher.server.python={python}",
+            "teacher.server.startup_timeout_s=60",
+            f"out_dir={out}",
+        ]
+    )
+    manifest, code = synthesize(cfg)
+    assert code == 0 and manifest["teacher"]["started_vllm"] and manifest["counts"]["examples_graph"] == 1
+    args = json.loads(argv_file.read_text())
+    assert args[args.index("--model") + 1] == "/models/teacher-7b"
+    assert args[args.index("--served-model-name") + 1] == "/models/teacher-7b"
+    port = args[args.index("--port") + 1]
+    with pytest.raises(httpx.HTTPError):  # stopped with the run
+        httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False)
+
+
+def test_sources_prepared_set_and_s1k(tmp_path):
+    """source=prepared reads a set of `python -m sarl.data.prepare` (the question is the prompt without the
+    data config's suffix); source=s1k takes the gold from the reference solution's last \\boxed{}."""
+    from sarl.data.synthesize import load_problems
+
+    suffix = " Let's think step by step and output the final answer within \\boxed{}."
+    prepared = tmp_path / "data" / "aime_1983_2024"
+    prepared.mkdir(parents=True)
+    rows = [
+        {
+            "prompt": [],
+            "ground_truth": ["80", "81"],
+            "data_source": "aime_1983_2024",
+            "extra_info": {"id": "2022-II-8", "index": 0, "user_prompt": "Find N." + suffix},
+        },
+    ]
+    write_problems(prepared / "train.trl.jsonl", rows)
+    cfg = compose_synthesize_config(
+        ["source=prepared", "dataset=aime_1983_2024", f"paths.data_dir={tmp_path / 'data'}", f"out_dir={tmp_path}"]
+    )
+    problems, record, skipped = load_problems(cfg)
+    assert [(p.id, p.question, p.golds) for p in problems] == [("2022-II-8", "Find N.", ["80", "81"])]
+    assert record["stripped_suffix"] == suffix and not skipped
+
+    s1k = [
+        {"question": "Compute 2 + 2.", "solution": "Clearly $2 + 2 = \\boxed{4}$."},
+        {"question": "Prove it.", "solution": "A proof without a final answer."},
+    ]
+    pd.DataFrame(s1k).to_parquet(tmp_path / "s1k.parquet")
+    cfg = compose_synthesize_config(
+        ["recipe=structured", f"input_file={tmp_path / 's1k.parquet'}", f"out_dir={tmp_path}"]
+    )
+    problems, record, skipped = load_problems(cfg)
+    assert [(p.id, p.golds) for p in problems] == [("s1k-0", ["4"])] and skipped == {"no_gold_answer": 1}
+    assert record["source"] == "s1k"
