@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.errors import UserError, check_writable_dir, composition_error_message, debug_requested
+from sarl.errors import UserError, check_output_file, check_writable_dir, composition_error_message, debug_requested
 
 log = logging.getLogger("sarl.data.synthesize")
 
@@ -198,8 +198,14 @@ def load_problems(cfg: DictConfig) -> tuple[list[Problem], dict[str, Any], Count
             )
         data_cfg = CONF_DIR / "data" / f"{cfg.dataset}.yaml"
         suffix = cfg.strip_suffix
-        if suffix is None and data_cfg.is_file():
-            suffix = OmegaConf.load(data_cfg).get("prompt_suffix")
+        data_spec = OmegaConf.load(data_cfg) if data_cfg.is_file() else OmegaConf.create({})
+        if data_spec.get("prompt_style") == "structured":
+            raise UserError(
+                f"dataset={cfg.dataset} holds tagged prompts (prompt_style: structured), not plain questions; "
+                "use its plain counterpart (e.g. dataset=aime_1983_2024)"
+            )
+        if suffix is None:
+            suffix = data_spec.get("prompt_suffix")
         try:
             loaded = load_local_file(str(cfg.dataset), path)
         except DataSourceError as err:
@@ -559,11 +565,22 @@ def _verified(ctx: Context, problem: Problem, reply: Reply) -> str | None:
     return None if ctx.grader.check_any(pred, problem.golds).ok else "wrong_answer"
 
 
+def unusable_gold(ctx: Context, problem: Problem, tally: Tally) -> bool:
+    """A math problem none of whose gold answers math-verify can parse could never verify a trace: it is
+    rejected (`input/gold_does_not_parse`) before any teacher call."""
+    if ctx.recipe["task"] != "math" or any(ctx.grader.parses(g).ok for g in problem.golds):
+        return False
+    tally.reject("input", "gold_does_not_parse")
+    return True
+
+
 def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:
     """GRP Sec. 3.1.3 for one problem: a verified trace, its graph translation checked and re-translated with
     feedback (App. C-D), or the trace kept as plain CoT when no valid graph comes out."""
     r, tally = ctx.recipe, Tally()
     tally.stages["problems"] += 1
+    if r["trace_source"] == "teacher" and unusable_gold(ctx, problem, tally):
+        return {"id": problem.id, "examples": [], **_tally(tally)}
     student_prompt = ctx.prompts["sample"].render(question=problem.question)
     trace = None
     if r["trace_source"] == "dataset":
@@ -687,7 +704,9 @@ def synthesize_structured(problem: Problem, ctx: Context) -> dict[str, Any]:
 
     r, tally = ctx.recipe, Tally()
     tally.stages["problems"] += 1
-    samples = []
+    samples: list[dict[str, Any]] = []
+    if unusable_gold(ctx, problem, tally):
+        return {"id": problem.id, "samples": samples, **_tally(tally)}
     for k in range(int(r["samples_per_problem"])):
         digest = hashlib.sha256(f"{ctx.seed}:{problem.id}:{k}".encode("utf-8", "surrogatepass")).digest()
         tags = list(TAGS)
@@ -875,6 +894,8 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
             "for teacher.url=auto a local model path)"
         )
     out_dir = check_writable_dir(Path(str(cfg.out_dir)), "out_dir")
+    for name in ("train.parquet", "train.trl.jsonl", "manifest.json", "cache.jsonl"):
+        check_output_file(out_dir / name, "out_dir")  # each a regular file (or none yet), before any work
     prompts = {role: load_prompt(str(recipe["prompts"][role])) for role in PROMPT_ROLES[recipe["method"]]}
     problems, source_record, skipped = load_problems(cfg)
     cache_path = out_dir / "cache.jsonl"
@@ -932,8 +953,11 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
     stages["examples"] = len(examples)
     parquet_rows, trl_rows = sft_rows(examples, recipe["name"], str(source_record.get("source")))
     outputs: dict[str, Any] = {}
-    if examples:
-        parquet, trl = out_dir / "train.parquet", out_dir / "train.trl.jsonl"
+    parquet, trl = out_dir / "train.parquet", out_dir / "train.trl.jsonl"
+    if not examples:  # no stale set from an earlier run beside a manifest that lists none
+        for stale in (parquet, trl):
+            stale.unlink(missing_ok=True)
+    else:
         write_parquet(parquet_rows, parquet)
         write_jsonl(trl_rows, trl)
         outputs = {

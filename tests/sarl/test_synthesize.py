@@ -208,6 +208,16 @@ def test_grp_math_stages_feedback_outputs_and_resume(tmp_path, grp_teacher):
     assert third["problems"]["from_cache"] == 0 and len(server.requests) > before
 
 
+def test_a_gold_that_does_not_parse_costs_no_teacher_call(tmp_path, grp_teacher):
+    server, _ = grp_teacher
+    write_problems(tmp_path / "problems.jsonl", [{"id": "P7", "question": "[P7] ?", "answer": "))"}])
+    for recipe in ("grp_math", "structured"):
+        manifest, code, _ = run_synth(tmp_path, server.url, recipe, f"out_dir={tmp_path / recipe}")
+        assert code == 0 and manifest["rejections"]["input/gold_does_not_parse"] == 1
+        assert manifest["counts"]["examples"] == 0 and not manifest["outputs"]
+    assert server.requests == []
+
+
 def test_grp_cot_remainder_can_be_dropped(tmp_path, grp_teacher):
     server, _ = grp_teacher
     write_problems(tmp_path / "problems.jsonl", [p for p in PROBLEMS if p["id"] in ("P1", "P5")])
@@ -442,6 +452,11 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
 
     dead = f"http://127.0.0.1:{free_port()}/v1"
     _one_error(run_cli(*common, f"teacher.url={dead}", "teacher.model=t", cwd=tmp_path), "unreachable", dead)
+    (tmp_path / "taken" / "train.parquet").mkdir(parents=True)
+    _one_error(
+        run_cli(*common[:2], f"out_dir={tmp_path / 'taken'}", f"teacher.url={dead}", "teacher.model=t", cwd=tmp_path),
+        "train.parquet is a directory",
+    )
     blocker = tmp_path / "file"
     blocker.write_text("x")
     _one_error(
