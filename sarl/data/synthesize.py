@@ -339,7 +339,7 @@ class Teacher:
         self.client.close()
 
 
-def check_teacher(url: str, model: str, timeout_s: float = 10.0) -> list[str] | None:
+def check_teacher(url: str, model: str, timeout_s: float = 10.0, key: str = "teacher") -> list[str] | None:
     """Once, before any work: the server answers `GET {base}/models`. A connection failure is a UserError;
     when the server lists its models and `model` is not among them, a UserError naming the ones it serves.
     Returns the served names (None when the server does not list them)."""
@@ -350,20 +350,20 @@ def check_teacher(url: str, model: str, timeout_s: float = 10.0) -> list[str] | 
     try:
         base = api_base(url)
     except ValueError as err:
-        raise UserError(f"teacher.url: {err}") from err
+        raise UserError(f"{key}.url: {err}") from err
     try:
         resp = httpx.get(f"{base}/models", timeout=timeout_s, trust_env=False)
     except httpx.HTTPError as err:
         raise UserError(
-            f"teacher.url={url} is unreachable ({type(err).__name__}: {err}); start the server, fix the URL, "
-            "or pass teacher.url=auto to start vLLM on teacher.model"
+            f"{key}.url={url} is unreachable ({type(err).__name__}: {err}); start the server or fix the URL"
+            + (", or pass teacher.url=auto to start vLLM on teacher.model" if key == "teacher" else "")
         ) from err
     try:
         served = [m["id"] for m in resp.json()["data"]] if resp.is_success else None
     except (ValueError, KeyError, TypeError):
         served = None
     if served is not None and model not in served:
-        raise UserError(f"teacher.model={model} is not served by {url}; it serves: {', '.join(served) or 'nothing'}")
+        raise UserError(f"{key}.model={model} is not served by {url}; it serves: {', '.join(served) or 'nothing'}")
     return served
 
 
@@ -533,10 +533,15 @@ def structured_issues(text: str) -> list[tuple[str, str]]:
 @dataclass
 class Context:
     recipe: dict[str, Any]
-    teacher: Teacher
+    teacher: Teacher  # samples the traces
     grader: Any
     prompts: dict[str, Prompt]
     seed: int
+    translator: Teacher | None = None  # GRP: translates and verifies (None: the teacher)
+
+    @property
+    def graph_teacher(self) -> Teacher:
+        return self.translator or self.teacher
 
 
 @dataclass
@@ -606,7 +611,7 @@ def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:
     t = r["translate"]
     for attempt in range(int(t["max_attempts"])):
         tally.stages["translate_requests"] += 1
-        reply = ctx.teacher.chat([{"role": "user", "content": request}], t["sampling"])
+        reply = ctx.graph_teacher.chat([{"role": "user", "content": request}], t["sampling"])
         candidate = reply.content.strip()
         if reply.finish_reason == "length":
             issues = [("truncated", "the translation was cut off by the length limit; write it more concisely")]
@@ -645,7 +650,8 @@ def _llm_verify(ctx: Context, problem: Problem, graph: str, tally: Tally) -> lis
     request = ctx.prompts["verify"].render(question=problem.question, graph=graph)
     for _ in range(int(v["verify_attempts"])):
         tally.stages["verify_requests"] += 1
-        verdict = parse_verdict(ctx.teacher.chat([{"role": "user", "content": request}], v["verify_sampling"]).content)
+        reply = ctx.graph_teacher.chat([{"role": "user", "content": request}], v["verify_sampling"])
+        verdict = parse_verdict(reply.content)
         if verdict is None:
             tally.reject("verify", "unparseable_verdict")
             continue
@@ -900,7 +906,18 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
     problems, source_record, skipped = load_problems(cfg)
     cache_path = out_dir / "cache.jsonl"
     cached, bad_lines = read_cache(cache_path)
-    keys = {p.id: cache_key(p, str(t.model), prompts, recipe, int(cfg.seed)) for p in problems}
+    tr = cfg.translator
+    if recipe["method"] != "grp" or (tr.url is None and tr.model is None):
+        tr_url = tr_model = None
+    elif tr.url == "auto" or not tr.url or not tr.model:
+        raise UserError(
+            f"translator.url={tr.url} translator.model={tr.model}: give both, as a running server's URL and its "
+            "model (only the teacher can be started with url=auto), or neither to translate with the teacher"
+        )
+    else:
+        tr_url, tr_model = str(tr.url), str(tr.model)
+    models = str(t.model) if tr_model is None else f"{t.model} | translator {tr_url} {tr_model}"
+    keys = {p.id: cache_key(p, models, prompts, recipe, int(cfg.seed)) for p in problems}
     todo = [p for p in problems if keys[p.id] not in cached]
     results: dict[str, dict[str, Any]] = {p.id: cached[keys[p.id]] for p in problems if keys[p.id] in cached}
     failed: dict[str, str] = {}
@@ -910,8 +927,13 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
         started_server = t.url == "auto"
         if todo:
             check_teacher(url, str(t.model))
-            teacher = Teacher(url, str(t.model), OmegaConf.to_container(t, resolve=True))
-            ctx = Context(recipe, teacher, default_grader(), prompts, int(cfg.seed))
+            t_settings = OmegaConf.to_container(t, resolve=True)
+            teacher = Teacher(url, str(t.model), t_settings)
+            translator = None
+            if tr_url is not None:
+                check_teacher(tr_url, tr_model, key="translator")
+                translator = Teacher(tr_url, tr_model, t_settings)
+            ctx = Context(recipe, teacher, default_grader(), prompts, int(cfg.seed), translator)
             work: Callable[[Problem, Context], dict[str, Any]] = (
                 synthesize_grp if recipe["method"] == "grp" else synthesize_structured
             )
@@ -934,8 +956,10 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
                         todo, lambda p: work(p, ctx), on_result, int(cfg.concurrency), f"synthesize {recipe['name']}"
                     )
                 finally:
-                    calls = teacher.requests
+                    calls = teacher.requests + (translator.requests if translator else 0)
                     teacher.close()
+                    if translator:
+                        translator.close()
 
     stages: Counter = Counter()
     rejections: Counter = Counter({f"input/{k}": v for k, v in skipped.items()})
@@ -972,6 +996,7 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "complete": complete,
         "teacher": {"url": str(t.url), "model": str(t.model), "started_vllm": started_server},
+        "translator": {"url": tr_url, "model": tr_model} if tr_model else "the teacher",
         "prompts": {
             role: {"file": f"conf/synthesize/prompts/{p.name}", "sha256": p.sha256} for role, p in prompts.items()
         },

@@ -615,3 +615,24 @@ def test_sources_prepared_set_and_s1k(tmp_path):
     problems, record, skipped = load_problems(cfg)
     assert [(p.id, p.golds) for p in problems] == [("s1k-0", ["4"])] and skipped == {"no_gold_answer": 1}
     assert record["source"] == "s1k"
+
+
+def test_grp_translator_apart_from_the_teacher(tmp_path, grp_teacher):
+    """GRP App. C.1 / D: traces from one model, translation and verification by another (translator.*)."""
+    server, script = grp_teacher
+    translator_script = GRPTeacher()
+    translator = teacher_server(translator_script)
+    translator.files["/v1/models"] = json.dumps({"data": [{"id": "translator"}]})
+    try:
+        write_problems(tmp_path / "problems.jsonl", [PROBLEMS[0]])
+        manifest, code, _ = run_synth(
+            tmp_path, server.url, "grp_math", f"translator.url={translator.url}", "translator.model=translator"
+        )
+    finally:
+        translator.close()
+    assert code == 0 and manifest["counts"]["examples_graph"] == 1
+    assert dict(script.calls) == {("P1", "sample"): 1}
+    assert dict(translator_script.calls) == {("P1", "translate"): 1, ("P1", "verify"): 1}
+    assert all(b["model"] == "translator" for b in translator.requests)
+    assert manifest["translator"] == {"url": translator.url, "model": "translator"}
+    assert manifest["teacher_requests_this_run"] == 3
