@@ -633,13 +633,9 @@ def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:
         request = ctx.prompts["refine"].render(translation_prompt=translate, graph=candidate, feedback=feedback)
     if graph is not None:
         examples.append({"kind": "graph", "prompt": student_prompt, "completion": graph})
-    else:
+    else:  # a candidate for the mixed-format remainder; `cot_remainder` decides on it in `grp_examples`
         tally.stages["unconverted"] += 1
-        keep = r["cot_remainder"]
-        if keep["keep"] and _share(problem.id, ctx.seed) < float(keep["fraction"]):
-            examples.append({"kind": "cot", "prompt": student_prompt, "completion": trace})
-        else:
-            tally.stages["unconverted_dropped"] += 1
+        examples.append({"kind": "cot", "prompt": student_prompt, "completion": trace})
     return {"id": problem.id, "examples": examples, **_tally(tally)}
 
 
@@ -661,6 +657,20 @@ def _llm_verify(ctx: Context, problem: Problem, graph: str, tally: Tally) -> lis
             out.append((kind, f"node {issue.get('node')}: {issue.get('problem', '')}".strip()))
         return out
     return [("unparseable_verdict", "the verification could not be completed")]
+
+
+def grp_examples(results: Sequence[dict[str, Any]], keep: Mapping[str, Any], seed: int, stages: Counter) -> list[dict]:
+    """The graph examples and the mixed-format remainder (GRP Sec. 3.1.3, "Supervised Fine-Tuning with Mixed
+    Reasoning Formats"): the unconverted CoT traces if `keep.keep`, a fixed hashed share `keep.fraction` of
+    them (decided here, after the cache, so changing it asks the teacher nothing)."""
+    out = []
+    for res in results:
+        for ex in res["examples"]:
+            if ex["kind"] == "cot" and not (keep["keep"] and _share(res["id"], seed) < float(keep["fraction"])):
+                stages["unconverted_dropped"] += 1
+                continue
+            out.append({"id": res["id"], **ex})
+    return out
 
 
 def _share(key: str, seed: int) -> float:
@@ -971,7 +981,7 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
         questions = {p.id: p.question for p in problems}
         examples = select_structured(ordered, questions, int(recipe["select"]["keep"]), stages, rejections)
     else:
-        examples = [{"id": res["id"], **ex} for res in ordered for ex in res["examples"]]
+        examples = grp_examples(ordered, recipe["cot_remainder"], int(cfg.seed), stages)
     for ex in examples:
         stages[f"examples_{ex['kind']}"] += 1
     stages["examples"] = len(examples)

@@ -30,7 +30,7 @@ from sarl.data.synthesize import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "eval"))
+sys.path.append(str(REPO / "tests" / "eval"))  # eval_helpers: the loopback chat server
 from eval_helpers import FakeChatServer, chat_reply  # noqa: E402
 
 SAMPLES = REPO / "sarl" / "samples" / "sft"
@@ -221,9 +221,16 @@ def test_a_gold_that_does_not_parse_costs_no_teacher_call(tmp_path, grp_teacher)
 def test_grp_cot_remainder_can_be_dropped(tmp_path, grp_teacher):
     server, _ = grp_teacher
     write_problems(tmp_path / "problems.jsonl", [p for p in PROBLEMS if p["id"] in ("P1", "P5")])
+    manifest, _, out = run_synth(tmp_path, server.url, "grp_math")
+    assert manifest["counts"]["examples_cot"] == 1 and manifest["counts"]["examples"] == 2
+    n_requests = len(server.requests)
     manifest, _, out = run_synth(tmp_path, server.url, "grp_math", "recipe.cot_remainder.keep=false")
     c = manifest["counts"]
     assert c["unconverted"] == 1 and c["unconverted_dropped"] == 1 and "examples_cot" not in c and c["examples"] == 1
+    assert len(server.requests) == n_requests  # decided on the cached results
+    assert [json.loads(x)["completion"][0]["content"] for x in (out / "train.trl.jsonl").read_text().splitlines()] == [
+        GOOD["P1"]
+    ]
 
 
 def test_grp_code_reads_verified_dataset_traces(tmp_path, grp_teacher):
