@@ -105,7 +105,8 @@ class ChatClient:
             failure = err.failure
             if failure.kind == "open":
                 self._count("circuit_open")
-                raise ChatRequestError(f"{url} not asked: {failure.error}") from None
+                asked = f"given up after {err.attempts} attempts" if err.attempts else "not asked"
+                raise ChatRequestError(f"{url} {asked}: {failure.error}") from None
             if not err.retryable and failure.response is not None:
                 raise ChatRequestError(
                     f"{url} answered HTTP {failure.response.status_code}: {failure.response.text[:500]}"

@@ -344,7 +344,8 @@ class HTTPEmbedder(Embedder):
             failure = exc.failure
             if failure.kind == "open":
                 self._count(circuit_open_requests=1)
-                reason = f"embedding circuit open: {self.endpoint} not asked ({failure.error})"
+                asked = f"given up after {exc.attempts} attempts" if exc.attempts else "not asked"
+                reason = f"embedding circuit open: {self.endpoint} {asked} ({failure.error})"
                 log.debug("%s (%d texts failed)", reason, len(texts))
                 raise _RequestFailed(reason) from None
             if not exc.retryable:
