@@ -2,7 +2,9 @@
 
 Retries with jittered exponential backoff on 408, 409, 425, 429, 500, 502-504, timeouts, connection errors
 and a 200 whose body is not JSON (a `Retry-After` header replaces the backoff); any other status fails at once.
-Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`). `run_concurrently` maps a
+Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`), and after `breaker_failures`
+consecutive connection failures a circuit breaker fails requests at once for `breaker_cooldown_s`, then lets
+one probe through (`sarl.http_client.CircuitBreaker`). `run_concurrently` maps a
 function over items on a thread pool with a progress bar and hands every result or error to a callback as it
 arrives, so callers can cache each one before the next finishes.
 """
@@ -49,7 +51,9 @@ def api_key_from_env(name: str | None) -> str | None:
 
 class ChatClient:
     """POST `{base}/chat/completions` with retries; thread-safe (one httpx connection pool). `timeout_s` is
-    the total time one attempt may take: a server that trickles its answer is cut off then."""
+    the total time one attempt may take: a server that trickles its answer is cut off then. The circuit
+    breaker (`breaker_failures` consecutive connection failures open it for `breaker_cooldown_s`; None: no
+    breaker) fails requests at once while the server is down; they count in `counts["circuit_open"]`."""
 
     def __init__(
         self,
@@ -59,8 +63,10 @@ class ChatClient:
         max_retries: int = 5,
         backoff_s: float = 1.0,
         max_backoff_s: float = 60.0,
+        breaker_failures: int | None = 5,
+        breaker_cooldown_s: float = 30.0,
     ) -> None:
-        from sarl.http_client import JSONClient, RetryPolicy
+        from sarl.http_client import BreakerPolicy, CircuitBreaker, JSONClient, RetryPolicy
 
         self.base = api_base(url)
         self.timeout_s = float(timeout_s)
@@ -76,8 +82,9 @@ class ChatClient:
             retry_status=RETRY_STATUS,
             retry_after="instead",
         )
-        self._http = JSONClient(timeout_s=self.timeout_s, retry=retry, headers=headers)
-        self.counts = {"requests": 0, "retries": 0, "failures": 0}
+        self.breaker = CircuitBreaker(BreakerPolicy(breaker_failures, breaker_cooldown_s), name=self.base)
+        self._http = JSONClient(timeout_s=self.timeout_s, retry=retry, headers=headers, breaker=self.breaker)
+        self.counts = {"requests": 0, "retries": 0, "failures": 0, "circuit_open": 0}
         self._lock = threading.Lock()
 
     def _count(self, key: str) -> None:
@@ -96,6 +103,10 @@ class ChatClient:
         except RequestFailed as err:
             self._count("failures")
             failure = err.failure
+            if failure.kind == "open":
+                self._count("circuit_open")
+                asked = f"given up after {err.attempts} attempts" if err.attempts else "not asked"
+                raise ChatRequestError(f"{url} {asked}: {failure.error}") from None
             if not err.retryable and failure.response is not None:
                 raise ChatRequestError(
                     f"{url} answered HTTP {failure.response.status_code}: {failure.response.text[:500]}"

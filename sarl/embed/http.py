@@ -4,7 +4,8 @@ SARL App. A.3 / decisions §1.2 "Embeddings": step texts are embedded by
 Qwen/Qwen3-Embedding-0.6B served with vLLM. The client packs distinct texts into
 requests of `batch_size`, sends them concurrently over one pooled client
 (`sarl.http_client.JSONClient`: a total deadline per attempt, capped exponential backoff
-on transient errors), and reports every text it could not embed with a reason; it never
+on transient errors, a circuit breaker that fails requests at once while the server is down),
+and reports every text it could not embed with a reason; it never
 invents a vector. Vectors travel as base64 float32 by default (`encoding_format`), which
 is much cheaper to decode than JSON floats.
 """
@@ -23,7 +24,7 @@ import httpx
 import numpy as np
 
 from sarl.embed.base import Embedder
-from sarl.http_client import AttemptFailure, JSONClient, RequestFailed, RetryPolicy
+from sarl.http_client import AttemptFailure, BreakerPolicy, CircuitBreaker, JSONClient, RequestFailed, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ class HTTPEmbedderStats:
 
     `requests` counts every HTTP attempt (retries and split halves included);
     `failed_requests` the requests that gave no vectors in the end (one rejected with a
-    4xx and then split counts as failed, its halves are counted on their own).
+    4xx and then split counts as failed, its halves are counted on their own);
+    `circuit_open_requests` those among them refused unsent by the open circuit breaker
+    (how often it opened: `HTTPEmbedder.breaker.opens`).
     """
 
     requests: int = 0
@@ -49,6 +52,7 @@ class HTTPEmbedderStats:
     texts_embedded: int = 0
     texts_truncated: int = 0
     encoding_fallbacks: int = 0
+    circuit_open_requests: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -112,7 +116,12 @@ class HTTPEmbedder(Embedder):
     keeps to "float" from then on (counted in `stats.encoding_fallbacks`, logged once).
     With `max_request_tokens`, a request also ends before its estimated tokens (UTF-8
     bytes / 4 per text) would pass that budget, so long texts go in smaller requests; a
-    text over the budget goes alone.
+    text over the budget goes alone. After `breaker_failures` consecutive connection-level
+    failures (refused, reset, timed out; over all threads) the circuit breaker opens: for
+    `breaker_cooldown_s` every request fails at once (reason "embedding circuit open",
+    counted in `stats.circuit_open_requests`) instead of paying its retries and backoff,
+    then one request probes the server and an answer closes the breaker
+    (`sarl.http_client.CircuitBreaker`; `breaker_failures: null` disables it).
     """
 
     def __init__(
@@ -133,6 +142,8 @@ class HTTPEmbedder(Embedder):
         extra_body: dict[str, Any] | None = None,
         encoding_format: Literal["base64", "float"] = "base64",
         max_request_tokens: int | None = None,
+        breaker_failures: int | None = 5,
+        breaker_cooldown_s: float = 30.0,
     ) -> None:
         super().__init__(dim=dim)
         if batch_size < 1 or max_concurrency < 1 or max_retries < 0:
@@ -165,6 +176,8 @@ class HTTPEmbedder(Embedder):
         self.extra_body = dict(extra_body or {})
         self.encoding_format = encoding_format
         self.max_request_tokens = max_request_tokens
+        # kept by the embedder, so its state outlives `close` (the pool is remade, the breaker is not)
+        self.breaker = CircuitBreaker(BreakerPolicy(breaker_failures, breaker_cooldown_s), name=self.endpoint)
         self._base64_answered = False  # a base64 request has succeeded: its errors are not the format's
         self.stats = HTTPEmbedderStats()
         self._lock = threading.Lock()
@@ -185,6 +198,7 @@ class HTTPEmbedder(Embedder):
                     retry=retry,
                     headers={"Authorization": f"Bearer {key}"} if key else None,
                     max_connections=self.max_concurrency,
+                    breaker=self.breaker,
                 )
             return self._http
 
@@ -328,6 +342,12 @@ class HTTPEmbedder(Embedder):
         except RequestFailed as exc:
             self._count(failed_requests=1)
             failure = exc.failure
+            if failure.kind == "open":
+                self._count(circuit_open_requests=1)
+                asked = f"given up after {exc.attempts} attempts" if exc.attempts else "not asked"
+                reason = f"embedding circuit open: {self.endpoint} {asked} ({failure.error})"
+                log.debug("%s (%d texts failed)", reason, len(texts))
+                raise _RequestFailed(reason) from None
             if not exc.retryable:
                 assert failure.response is not None  # only a status outside the policy is not retried
                 status = failure.response.status_code

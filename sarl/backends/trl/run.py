@@ -407,6 +407,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         except RewardsFailedError as err:
             log.error("training stopped: %s", err)
+            stopped = {"steps": trainer.state.global_step, "failed_rewards": reward.failed_total, "stopped": str(err)}
+            (run_dir / "summary.json").write_text(json.dumps(stopped, indent=2))  # no final checkpoint
             return 1
         final = run_dir / FINAL_SUBDIR
         trainer.save_model(str(final))

@@ -208,6 +208,8 @@ def build_verl_config(
     with read_write(base.trainer.v1), open_dict(base.trainer.v1):
         # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset
         base.trainer.v1[TRAINER_NAME] = {"n_votes": cfg.train.rollout_n, "seed": cfg.seed}
+        # stop after this many consecutive training batches with no usable reward (null: never)
+        base.trainer.v1[TRAINER_NAME].max_failed_steps = cfg.train.get("max_failed_steps")
     if env_vars:
         runtime_env = base.ray_kwargs.ray_init.runtime_env
         with read_write(runtime_env), open_dict(runtime_env):

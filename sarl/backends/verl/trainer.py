@@ -20,8 +20,11 @@ method verl's V1 trainer calls (line numbers: verl 0.9.1, `trainer/ppo/v1/traine
   under a group advantage every session of a prompt with fewer than two usable ones, is cleared
   from TransferQueue and from the batch before verl computes the group statistics, so it counts in
   no baseline, advantage, KL or loss; verl pads the smaller batch with its no-op rows
-  (`upsample_batch_to_divisible_size`). A training batch with no usable session stops the run
-  (`RewardsFailedError`): verl cannot train on an empty batch;
+  (`upsample_batch_to_divisible_size`). A training batch with no usable session has no training
+  signal: its update is skipped (`_step_once` returns it untrained, `_compute_metrics` leaves it out
+  of verl's data metrics; `reward/update_skipped` = 1),
+  and after `train.max_failed_steps` consecutive such batches (as on TRL) the run stops
+  (`RewardsFailedError`; `sarl.backends.verl.main` exits 1 with one line);
 - `SarlTaskRunnerV1` is verl's TaskRunnerV1 defined in this module, so the Ray actor that runs it
   imports this module, and with it the registration, before `get_trainer_cls` (`main_ppo.py:141`).
 
@@ -157,6 +160,15 @@ def streamed_reward_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
 # -- the trainer --------------------------------------------------------------------------------
 
 
+class _NoUsableReward(Exception):
+    """A training batch with no usable reward: raised from `_balance_batch`, caught by
+    `SarlTrainer._step_once`, which skips the rest of the step (verl's fit clears the batch after it)."""
+
+    def __init__(self, batch: KVBatchMeta) -> None:
+        super().__init__("no usable reward in this training batch")
+        self.batch = batch
+
+
 class _BatchRewardLoop:
     """verl's RewardLoopManager as seen with streaming rewards off: verl reads this property to hand
     reward workers to the agent loop (trainer_base.py:410) and to decide whether to score the
@@ -190,6 +202,10 @@ class SarlTrainer(PPOTrainerSync):
         # verl's base class branches on trainer_mode == "sync" (replay buffer, checkpoints, refill:
         # trainer_base.py:153, 731, 902, 912, 1004, 1499); the registered name only picks this class.
         config.trainer.v1.trainer_mode = "sync"
+        max_failed = config.trainer.v1.get(TRAINER_NAME, {}).get("max_failed_steps")
+        self.max_failed_steps = int(max_failed) if max_failed is not None else None  # train.max_failed_steps
+        self.failed_streak = 0  # consecutive training batches with no usable reward
+        self._skipped_keys: set[str] = set()  # keys of this step's batches that were not trained on
         super().__init__(config)
         self.reward = reward_from_config(reward_cfg) if self.group_reward else None
 
@@ -290,20 +306,51 @@ class SarlTrainer(PPOTrainerSync):
         min_usable = 1 if self.config.algorithm.adv_estimator == "gae" else 2
         left_out, n_dropped = left_out_sessions(failed, min_usable)
         metrics.update({"reward/left_out": float(len(left_out)), "reward/groups_dropped": float(n_dropped)})
+        self._count_failed_step(batch, len(left_out) == len(sessions), sum(failed.values()), len(sessions), metrics)
         if not left_out:
             return batch
-        if len(left_out) == len(sessions):
-            raise RewardsFailedError(
-                f"no usable reward in this training batch ({sum(failed.values())} of {len(sessions)} rewards "
-                "failed; verl cannot train on an empty batch): fix the reward's dependency (embedding server, "
-                "reward model) and rerun, which resumes from the last checkpoint"
-            )
         gone = {batch.keys[pos] for s in left_out for pos in sessions[s]}
         log.warning("leaving %d of %d sessions out of training (failed rewards)", len(left_out), len(sessions))
         tq.kv_clear(keys=sorted(gone), partition_id=batch.partition_id)
         return batch.select_keys([k for k in batch.keys if k not in gone])
 
+    def _count_failed_step(
+        self, batch: KVBatchMeta, unusable: bool, n_failed: int, n_sessions: int, metrics: dict
+    ) -> None:
+        """Counts training batches with no usable reward (`reward/update_skipped`, `reward/failed_streak`).
+        Such a batch's update is skipped (`_NoUsableReward`); after
+        `train.max_failed_steps` in a row the run stops (`RewardsFailedError`), as on TRL."""
+        self.failed_streak = self.failed_streak + 1 if unusable else 0
+        metrics.update({"reward/update_skipped": float(unusable), "reward/failed_streak": float(self.failed_streak)})
+        if not unusable:
+            return
+        what = f"{n_failed} of {n_sessions} rewards failed"
+        if n_failed < n_sessions:
+            what += ", no group has two usable ones"
+        if self.max_failed_steps is not None and self.failed_streak >= self.max_failed_steps:
+            raise RewardsFailedError(
+                f"no usable reward in {self.failed_streak} consecutive steps (up to step {self.global_steps}; "
+                f"train.max_failed_steps={self.max_failed_steps}; last: {what}): fix the reward's dependency "
+                "(embedding server, reward model) and rerun, which resumes from the last checkpoint"
+            )
+        log.warning("step %d: no usable reward (%s); its update is skipped", self.global_steps, what)
+        raise _NoUsableReward(batch)
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> KVBatchMeta:
+        try:
+            return super()._step_once(metrics, timing_raw, sample_batch_size)
+        except _NoUsableReward as skipped:  # no old/ref log-probs, advantages or updates for this batch
+            self._skipped_keys.update(skipped.batch.keys)
+            return skipped.batch
+
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
+        skipped, self._skipped_keys = self._skipped_keys, set()
+        if skipped:  # verl's data metrics need the fields of a trained batch (advantages, returns, ...)
+            trained = [k for k in batch.keys if k not in skipped]
+            if not trained:
+                metrics.update({"training/global_step": global_steps, "training/epoch": epoch})
+                return
+            batch = batch.select_keys(trained)
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         if self.group_reward:
             return  # logged in _compute_reward_colocate, over every vote

@@ -177,6 +177,8 @@ def test_rewards_that_all_fail_after_step_1_stop_the_run_after_max_failed_steps(
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]  # step 3's rewards were the second fully failed batch
     assert rows[0]["reward/failed"] == 0 and rows[1]["reward/failed"] == 8 and rows[1]["reward/left_out"] == 8
+    summary = json.loads((run / "summary.json").read_text())  # a stopped run says why and what failed
+    assert summary["steps"] == 2 and summary["failed_rewards"] == 16 and "2 consecutive steps" in summary["stopped"]
 
 
 # -- resume --------------------------------------------------------------------------------

@@ -392,12 +392,120 @@ def test_failed_rewards_are_cleared_from_the_training_batch_before_advantages(
     stored = set(tq.kv_list(partition_id="train").get("train", {}))
     assert stored == {"p1_0_0", "p1_2_0", "p1_3_0"}  # the left-out rows are cleared from TransferQueue
     tq.kv_clear(keys=out.keys, partition_id="train")
-    # a batch with no usable reward stops the run
-    batch = put_rollouts(byte_tokenizer, "train", rollouts_in_completion_order())
+
+
+def all_failed_batch(tokenizer):
+    batch = put_rollouts(tokenizer, "train", rollouts_in_completion_order())
     put_reward_infos(batch, set(range(len(batch))))
-    with pytest.raises(RewardsFailedError, match="no usable reward"):
-        trainer._balance_batch(batch, {})
-    tq.kv_clear(keys=batch.keys, partition_id="train")
+    return batch
+
+
+@pytest.mark.slow
+def test_a_step_with_no_usable_reward_skips_its_update_and_max_failed_steps_stop_the_run(
+    transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer, monkeypatch
+):
+    """train.max_failed_steps=2 reaches the trainer; for a training batch with no usable reward the rest of
+    verl's step (log-probs, advantages, updates) does not run and the step's data metrics skip it; a batch with
+    usable rewards resets the count; the second such batch in a row stops the run."""
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math", "train.max_failed_steps=2")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    trainer.tokenizer = byte_tokenizer
+    trainer.global_steps = 1
+    assert trainer.max_failed_steps == 2 and trainer.failed_streak == 0
+    batches = []
+    update = []
+
+    def verls_step(self, metrics, timing_raw, sample_batch_size):  # verl's _step_once from step 3 on
+        batch = self._balance_batch(batches.pop(0), metrics)
+        update.append(batch.keys)  # what old_log_prob ... update_actor would run on
+        return batch
+
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", lambda self, b, metrics, **kw: b)
+    monkeypatch.setattr(PPOTrainer, "_step_once", verls_step)
+
+    batches.append(all_failed_batch(byte_tokenizer))
+    metrics = {}
+    out = trainer._step_once(metrics, {}, 4)
+    assert len(out.keys) == 8 and out.partition_id == "train" and update == []  # no update for this batch
+    assert metrics["reward/update_skipped"] == 1.0 and metrics["reward/failed_streak"] == 1.0
+    assert metrics["reward/left_out"] == 8.0
+    step_metrics = {}
+    trainer._compute_metrics(out, step_metrics, {"step": 1.0}, global_steps=1, epoch=0)
+    assert step_metrics == {"training/global_step": 1, "training/epoch": 0}
+    tq.kv_clear(keys=out.keys, partition_id="train")  # what verl's fit does after the step
+
+    trainer.global_steps = 2  # a usable batch trains and resets the count
+    batches.append(put_rollouts(byte_tokenizer, "train", rollouts_in_completion_order()))
+    put_reward_infos(batches[0], set())
+    metrics = {}
+    out = trainer._step_once(metrics, {}, 4)
+    assert len(out.keys) == 8 and update == [out.keys]
+    assert metrics["reward/update_skipped"] == 0.0 and metrics["reward/failed_streak"] == 0.0
+    tq.kv_clear(keys=out.keys, partition_id="train")
+
+    for step in (3, 4):
+        trainer.global_steps = step
+        batches.append(all_failed_batch(byte_tokenizer))
+        if step == 3:
+            tq.kv_clear(keys=trainer._step_once({}, {}, 4).keys, partition_id="train")
+            continue
+        with pytest.raises(RewardsFailedError, match=r"no usable reward in 2 consecutive steps \(up to step 4; "
+                           r"train.max_failed_steps=2; last: 8 of 8 rewards failed\)"):  # fmt: skip
+            trainer._step_once({}, {}, 4)
+    tq.kv_clear(keys=list(tq.kv_list(partition_id="train").get("train", {})), partition_id="train")
+    assert len(update) == 1
+
+
+def test_max_failed_steps_reaches_the_verl_trainer_config(tmp_path, tiny_qwen3_dir):
+    assert verl_config(tmp_path, tiny_qwen3_dir).trainer.v1[TRAINER_NAME].max_failed_steps == 3  # conf/train.yaml
+    v = verl_config(tmp_path, tiny_qwen3_dir, "train.max_failed_steps=null")
+    assert v.trainer.v1[TRAINER_NAME].max_failed_steps is None
+    v = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4, "train.max_failed_steps=5")
+    assert v.trainer.v1[TRAINER_NAME].max_failed_steps == 5 and v.trainer.v1[TRAINER_NAME].n_votes == 4
+
+
+def test_entry_point_stops_with_one_line_when_the_rewards_keep_failing(tmp_path, tiny_qwen3_dir, monkeypatch, capsys):
+    import sarl.backends.verl.main as entry
+
+    (tmp_path / "verl_trainer.yaml").write_text(OmegaConf.to_yaml(verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)))
+
+    def failing_run(config, task_runner_class):
+        try:
+            raise RewardsFailedError("no usable reward in 3 consecutive steps")
+        except RewardsFailedError as err:
+            raise RuntimeError("the Ray task failed") from err  # the error arrives wrapped
+
+    monkeypatch.setattr(entry, "run_ppo", failing_run)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["main", *launch_command(tmp_path, "sarl.backends.verl.main")[3:]])
+    with pytest.raises(SystemExit) as info:
+        entry.main()
+    assert info.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "training stopped: no usable reward in 3 consecutive steps"
+    )
+    monkeypatch.setattr(entry, "run_ppo", lambda config, task_runner_class: 1 / 0)
+    with pytest.raises(SystemExit):  # any other error is not ours to shorten: Hydra reports it as ever
+        entry.main()
+    err = capsys.readouterr().err
+    assert "ZeroDivisionError" in err and "training stopped" not in err
+
+
+@pytest.mark.slow
+def test_a_rewards_failed_error_in_a_ray_actor_is_found_behind_rays_error(transfer_queue):
+    import ray
+
+    from sarl.backends.verl.main import rewards_failed
+
+    @ray.remote
+    def stop():
+        raise RewardsFailedError("no usable reward in 2 consecutive steps")
+
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(stop.remote())
+    found = rewards_failed(info.value)
+    assert type(found) is RewardsFailedError and str(found) == "no usable reward in 2 consecutive steps"
+    assert rewards_failed(RuntimeError("other")) is None
 
 
 @pytest.mark.slow
