@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
@@ -29,7 +29,7 @@ def attention_like_capacity(n: int, rng: np.random.Generator, tau: float) -> np.
 
 
 def dense_capacity(n: int, rng: np.random.Generator) -> np.ndarray:
-    """The paper's scaling test graphs (Structured Reasoning Table 21): every earlier -> later pair, capacity U(0, 1)."""
+    """The scaling test graphs (Structured Reasoning Table 21): every earlier -> later pair, capacity U(0, 1)."""
     return np.triu(rng.uniform(0.0, 1.0, (n, n)), 1)
 
 
@@ -91,7 +91,7 @@ def bench_maxflow(cfg: DictConfig, console: Console) -> list[dict]:
     return rows
 
 
-def run_maxflow(cfg: DictConfig, console: Console) -> dict:
+def run_maxflow(cfg: DictConfig, console: Console) -> list[dict]:
     rows = bench_maxflow(cfg, console)
     table = Table(title="MaxFlow step importance: F and every F_{-k} (values identical to networkx)")
     for col in ("family", "nodes", "graphs", "edges", "ours s", "networkx s", "speed-up", "max |diff|"):
@@ -112,4 +112,4 @@ def run_maxflow(cfg: DictConfig, console: Console) -> dict:
         ours = sum(r["ours_s"] for r in rows if r["family"] == family)
         ref = sum(r["networkx_s"] for r in rows if r["family"] == family)
         console.print(f"{family}: all sizes {ours:.2f}s vs networkx {ref:.2f}s: {ref / ours:.1f}x")
-    return {"config": OmegaConf.to_container(cfg), "maxflow": rows}
+    return rows
