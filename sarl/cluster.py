@@ -290,11 +290,9 @@ def cluster_batch(
         if method == "kmeans":
             # Only responses with (near-)coincident steps can have fewer distinct rows than steps.
             d2 = _squared_distances(gram)
-            # A padded column's distance is the step's squared norm: a (near-)zero step may raise a
-            # false alarm here, which only costs the exact count below.
             diag = np.arange(p)
             d2[:, diag, diag] = np.inf
-            maybe_dup = d2.min(axis=(1, 2)) < 1e-6
+            maybe_dup = [d2[r, :m, :m].min() < 1e-6 for r, m in enumerate(ms)]  # real steps only
             d2[:, diag, diag] = 0.0
             ks = np.array(
                 [kmeans_k(m, _n_distinct(xs[i]) if dup else m, k_rule) for i, m, dup in zip(idx, ms, maybe_dup)]

