@@ -154,23 +154,31 @@ def _kmeans_chunk(
     init_d = np.take_along_axis(d2, centers[:, None, :].repeat(p, 1), axis=2)
     labels = np.where(active[:, None, :], init_d, np.inf).argmin(-1)
     labels[~valid] = kmax  # the all-zero row of `eye`: padded steps belong to no cluster
-    sq = np.diagonal(gram, axis1=1, axis2=2)
     eye = np.eye(kmax + 1, kmax)
-    inactive = ~active[:, None, :]
+    # Lloyd iterations on the responses that have not converged yet: a converged response is a fixed
+    # point (same labels, same centroids), so dropping it from the batch changes nothing.
+    todo = np.arange(b)
+    g, lab = gram, labels
     for _ in range(max_iter):
-        W = eye[labels]  # (b, p, k) one-hot assignments
+        W = eye[lab]  # (b', p, k) one-hot assignments
         counts = W.sum(1)  # reductions over axis 1 add rows in step order
-        GW = np.matmul(gram, W)
+        GW = np.matmul(g, W)
         safe = np.maximum(counts, 1.0)
         # ||x_i - c_j||^2 = <x_i,x_i> - 2 <x_i,c_j> + <c_j,c_j>, with c_j the mean of cluster j.
         cc = (W * GW).sum(1) / safe**2
+        sq = np.diagonal(g, axis1=1, axis2=2)
         dist = sq[:, :, None] - 2.0 * GW / safe[:, None, :] + cc[:, None, :]
-        dist[np.broadcast_to((counts == 0)[:, None, :] | inactive, dist.shape)] = np.inf
+        dist[np.broadcast_to((counts == 0)[:, None, :] | ~active[todo][:, None, :], dist.shape)] = np.inf
         new = dist.argmin(-1)
-        new[~valid] = kmax
-        if np.array_equal(new, labels):
+        new[~valid[todo]] = kmax
+        moved = (new != lab).any(1)
+        labels[todo] = new
+        if not moved.any():
             break
-        labels = new
+        if not moved.all():
+            todo = todo[moved]
+            g = gram[todo]
+        lab = labels[todo]
     return labels
 
 
