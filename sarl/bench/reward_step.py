@@ -45,7 +45,7 @@ class StandInEmbedder(Embedder):
 def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:
     """Responses of N(steps_mean, steps_mean / 5) steps (at least 2) in <think> ... </think> form."""
     rng = np.random.default_rng(seed)
-    stream = step_text_stream()
+    stream = [t for t in step_text_stream() if "think>" not in t]  # a stray tag would end the reasoning early
     responses = []
     for i in range(rollouts):
         m = max(2, int(rng.normal(steps_mean, steps_mean / 5)))
