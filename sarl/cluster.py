@@ -1,9 +1,12 @@
 """Per-response clustering of step embeddings into latent reasoning functions
 (SARL Sec. 3.2 Eq. 3, App. A.1; SPEC section 1 "Clustering").
 
-Both methods run batched: responses with the same number of steps M are stacked,
-their Gram matrices come from one batched matrix product, and everything after
-that works on M x M matrices instead of M x d embeddings.
+Both methods run batched: responses sorted by their number of steps M are cut into
+chunks of at most `chunk_steps` padded steps (lengths within 1.25x of each other),
+each response's Gram matrix X X^T is zero-padded into its chunk, and everything after
+that works on padded M x M matrices instead of M x d embeddings. Padding never changes
+a result (padded steps are never centres, members or MST nodes before real ones, and
+sums over steps run in step order), and memory is bounded by the chunk, not the batch.
 
 - KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with SPEC's rule
   round(sqrt(M)) by default (`k_rule`, see `K_RULES` for the ablation's others);
