@@ -130,7 +130,8 @@ def graph_metrics_batch(label_seqs: Sequence[np.ndarray], chunk_size: int = 512)
         deg = A.sum(-1, dtype=np.float64)
         n_edges[idx] = (deg.sum(-1) / 2).astype(np.int64)
         # Eq. (4): triangles through v = (A^3)_vv / 2; local C_v = 2 T_v / (d_v (d_v - 1)).
-        tri = np.einsum("bij,bjk,bki->bi", A, A, A).astype(np.float64) / 2.0
+        # (A^3)_vv = sum_k (A^2)_vk A_kv, A symmetric: one batched product and a row sum (integers, exact).
+        tri = (np.matmul(A, A) * A).sum(-1, dtype=np.float64) / 2.0
         nontrivial = deg >= 2
         local = np.where(nontrivial, 2.0 * tri / np.maximum(deg * (deg - 1), 1.0), 0.0)
         n_nt = nontrivial.sum(-1)

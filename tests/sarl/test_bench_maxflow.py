@@ -25,7 +25,7 @@ def bench_config(overrides=()):
 
 def test_default_suite_is_the_structure_benchmark():
     cfg = bench_config()
-    assert cfg.suite == "structure" and list(cfg.methods) == ["kmeans", "hdbscan"]
+    assert cfg.suite == "structure" and list(cfg.structure.methods) == ["kmeans", "hdbscan"]
     assert list(cfg.maxflow.families) == ["attention", "dense"]
     assert len(cfg.maxflow.sizes) == len(cfg.maxflow.graphs)
 

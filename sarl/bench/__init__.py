@@ -1,0 +1,15 @@
+"""Benchmarks, each measured in one run and printed with the machine, its load and the date.
+
+    python -m sarl.bench                        # suite=structure: clustering + graph stage vs scikit-learn
+    python -m sarl.bench suite=grading          # answer grading throughput and cheap rejections
+    python -m sarl.bench suite=reward_step      # the reward stage of one paper training step on CPU
+    python -m sarl.bench suite=embed_http       # HTTP embedding client vs the same model in-process
+    python -m sarl.bench suite=maxflow          # MaxFlow step importance vs networkx
+    python -m sarl.bench quick=true             # tiny sizes (what the tests run)
+
+Sizes live in conf/bench.yaml. Timings are medians of alternating repeats; no test asserts a timing.
+"""
+
+from sarl.bench.maxflow import attention_like_capacity, bench_maxflow, dense_capacity, networkx_importance
+
+__all__ = ["attention_like_capacity", "bench_maxflow", "dense_capacity", "networkx_importance"]

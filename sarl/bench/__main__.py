@@ -1,0 +1,76 @@
+"""`python -m sarl.bench`: dispatch on `suite` (conf/bench.yaml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from sarl.bench.common import machine, print_machine, thread_settings
+from sarl.errors import UserError, report_user_errors
+
+SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow")
+
+
+def effective_config(cfg: DictConfig) -> DictConfig:
+    """The suite's section, with quick mode's sizes merged over it."""
+    if cfg.suite not in SUITES:
+        raise UserError(f"conf/bench.yaml: suite={cfg.suite!r} is not valid; choose one of: {', '.join(SUITES)}")
+    section = cfg[cfg.suite]
+    if cfg.quick and cfg.suite in cfg.quick_sizes:
+        section = OmegaConf.merge(section, cfg.quick_sizes[cfg.suite])
+    return section
+
+
+def run(cfg: DictConfig, console: Console) -> dict:
+    section = effective_config(cfg)
+    start = machine()
+    print_machine(console, "start", start)
+    with thread_settings(cfg.threads, console) as threads:
+        if cfg.suite == "structure":
+            from sarl.bench.structure import run_structure
+
+            result = run_structure(section, console)
+        elif cfg.suite == "grading":
+            from sarl.bench.grading import run_grading
+
+            result = run_grading(section, console)
+        elif cfg.suite == "reward_step":
+            from sarl.bench.reward_step import run_reward_step
+
+            result = run_reward_step(section, console)
+        elif cfg.suite == "embed_http":
+            from sarl.bench.embed_http import run_embed_http
+
+            result = run_embed_http(section, console)
+        else:
+            from sarl.bench.maxflow import run_maxflow
+
+            result = run_maxflow(section, console)
+    end = machine()
+    print_machine(console, "end", end)
+    return {
+        "suite": cfg.suite,
+        "config": OmegaConf.to_container(section),
+        "machine_start": start,
+        "machine_end": end,
+        "threads": threads,
+        cfg.suite: result,
+    }
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="bench")
+@report_user_errors("sarl.bench")
+def main(cfg: DictConfig) -> None:
+    console = Console(width=170)
+    results = run(cfg, console)
+    out = Path(hydra.core.hydra_config.HydraConfig.get().runtime.output_dir) / "bench.json"
+    out.write_text(json.dumps(results, indent=2, default=float))
+    console.print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()

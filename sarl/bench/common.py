@@ -1,0 +1,99 @@
+"""What every benchmark report shares: the machine line, thread settings, alternating repeats, memory."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+import tracemalloc
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from rich.console import Console
+
+
+def machine() -> dict:
+    """Cores, load average, date and versions: printed at the start and end of every report."""
+    import numpy as np
+    import sklearn
+
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+        "cores": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "sklearn": sklearn.__version__,
+    }
+
+
+def print_machine(console: Console, when: str, info: dict) -> None:
+    console.print(
+        f"[bold]{when}[/]: {info['date_utc']} UTC, {info['cores']} cores ({info['cpu']}), "
+        f"load average {info['load_avg_1_5_15'][0]} / {info['load_avg_1_5_15'][1]} / {info['load_avg_1_5_15'][2]} "
+        f"(1/5/15 min), numpy {info['numpy']}, scikit-learn {info['sklearn']}"
+    )
+
+
+@contextmanager
+def thread_settings(threads: int, console: Console) -> Iterator[dict]:
+    """The same thread limits for our code and the baseline: BLAS and OpenMP pools through threadpoolctl,
+    torch's intra-op pool when torch is loaded. Yields what was set (printed)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    torch_before = None
+    try:
+        import torch
+
+        torch_before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    with threadpool_limits(limits=threads):
+        pools = sorted({f"{p['internal_api']}={p['num_threads']}" for p in threadpool_info()})
+        settings = {"threads": threads, "pools": pools, "torch": torch.get_num_threads() if torch else None}
+        console.print(
+            f"threads: {threads} for both sides (threadpoolctl: {', '.join(pools) or 'no pools loaded'}; "
+            f"torch.set_num_threads({settings['torch']}))"
+        )
+        try:
+            yield settings
+        finally:
+            if torch is not None and torch_before is not None:
+                torch.set_num_threads(torch_before)
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def alternate(sides: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Run each side once per repeat, in turn (a, b, a, b, ...), and return every side's times.
+    Alternating keeps a load change on the shared machine from favouring one side."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, fn in sides.items():
+            times[name].append(timed(fn)[0])
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def peak_memory_mb(fn: Callable[[], object]) -> float:
+    """Peak of Python and numpy allocations during fn (tracemalloc, MB above what was allocated before;
+    BLAS/OpenMP scratch buffers are not seen). Run separately from the timed calls (tracemalloc is slow)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        fn()
+        return (tracemalloc.get_traced_memory()[1] - before) / 2**20
+    finally:
+        tracemalloc.stop()

