@@ -88,6 +88,10 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.lr_warmup_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
     "train.mask_truncated": (lambda v: isinstance(v, bool), "true or false"),
     "train.max_failed_steps": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (or null: never stop)"),
+    "heldout.n_prompts": (lambda v: isinstance(v, int) and v >= 2, "an integer >= 2"),
+    "heldout.samples_per_prompt": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "heldout.bootstrap": (lambda v: isinstance(v, int) and v >= 100, "an integer >= 100"),
+    "heldout.temperature": (lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
     "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
     "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 from sarl.smoke import DATA_DIR
@@ -106,7 +107,36 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
-def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, seed: int = 0) -> None:
+OPERATION = re.compile(r"(\d+) ([-+*]) (\d+)")
+
+
+def operation(row: dict) -> tuple[int, str, int]:
+    """The (a, op, b) a prompt asks about: what makes two arithmetic prompts the same problem."""
+    a, op, b = OPERATION.search(row["prompt"][0]["content"]).groups()
+    return int(a), op, int(b)
+
+
+def heldout_prompts(rng: random.Random, n: int, exclude: set[tuple[int, str, int]]) -> list[dict]:
+    """`n` prompts whose problems are neither training prompts nor warm-start traces (nor repeated)."""
+    out: list[dict] = []
+    seen = set(exclude)
+    while len(out) < n:
+        question, a, b, op, value = _question(rng)
+        if (a, op, b) in seen:
+            continue
+        seen.add((a, op, b))
+        out.append(
+            {
+                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "ground_truth": str(value),
+                "data_source": "smoke_arithmetic",
+                "extra_info": {"index": len(out), "split": "heldout"},
+            }
+        )
+    return out
+
+
+def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, n_heldout: int = 64, seed: int = 0) -> None:
     rng = random.Random(seed)
     traces = [trace(rng) for _ in range(n_traces)]
     prompts = []
@@ -131,11 +161,15 @@ def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, seed: int 
                 "rejected": [{"role": "assistant", "content": f"The answer is \\boxed{{{guess}}}."}],
             }
         )
+    # drawn last, so that the other files stay as they were before the held-out set existed
+    heldout = heldout_prompts(rng, n_heldout, {operation(r) for r in traces + prompts})
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     write_jsonl(DATA_DIR / "traces.jsonl", traces)
     write_jsonl(DATA_DIR / "train.trl.jsonl", prompts)
     write_jsonl(DATA_DIR / "dpo.jsonl", pairs)
-    print(f"wrote {len(traces)} traces, {len(prompts)} prompts, {len(pairs)} pairs to {DATA_DIR}")
+    write_jsonl(DATA_DIR / "heldout.trl.jsonl", heldout)
+    counts = f"{len(traces)} traces, {len(prompts)} prompts, {len(pairs)} pairs, {len(heldout)} held-out prompts"
+    print(f"wrote {counts} to {DATA_DIR}")
 
 
 if __name__ == "__main__":

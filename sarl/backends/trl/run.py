@@ -332,6 +332,19 @@ def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     return wandb_init(cfg, meta, run_dir, env)
 
 
+def _heldout(cfg: DictConfig, run_dir: Path, reward_cfg: dict | None):
+    """The run's held-out evaluation (`heldout` node): SR by the structure reward on the run's embedder."""
+    from hydra.utils import instantiate
+
+    from sarl.heldout import HeldOut
+
+    reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
+    embedder = reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True)
+    structure = instantiate({**OmegaConf.to_container(cfg.heldout.structure, resolve=True), "embedder": embedder})
+    train_rows = read_jsonl(resolve_path(str(cfg.data.trl_train_files)), "data.trl_train_files")
+    return HeldOut(cfg.heldout, run_dir, structure, train_rows)
+
+
 def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], reward_cfg: dict | None = None) -> int:
     """Run GRPO or DPO with TRL in this process; returns 0 on success. `reward_cfg`: the resolved
     reward node (with a started embedding server's URL filled in), default `cfg.reward`."""
@@ -358,6 +371,10 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         failed_before = failed_rewards_before(metrics_path, int(state["global_step"]))
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
     args = trainer_args(cfg, run_dir)
+    heldout, heldout_before = None, None
+    if cfg.get("heldout"):
+        heldout = _heldout(cfg, run_dir, reward_cfg)
+        heldout_before = heldout.before(model, tokenizer)
     wandb_run = _wandb_run(cfg, meta, run_dir, env)
     recorder = MetricsRecorder(metrics_path, wandb_run)
     try:
@@ -413,6 +430,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         final = run_dir / FINAL_SUBDIR
         trainer.save_model(str(final))
         tokenizer.save_pretrained(str(final))
+        heldout_block = heldout.report(heldout_before, heldout.after(trainer.model, tokenizer)) if heldout else None
     finally:
         if wandb_run is not None:
             wandb_run.finish()
@@ -429,6 +447,11 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     }
     if cfg.algorithm.name == "grpo":
         summary["failed_rewards"] = reward.failed_total
+    if heldout_block is not None:
+        from sarl.heldout import table
+
+        summary["heldout"] = heldout_block
+        console.print(table(heldout_block))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"final checkpoint: {summary['final_checkpoint']}\ncurves: {png}\nmetrics: {metrics_path}")
     return 0

@@ -31,8 +31,13 @@ FAST = [
 ]
 
 
-def smoke(root, cache, *extra):
-    return ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}", *extra]
+# the held-out before/after evaluation at its smallest (2 prompts x 2 samples); other runs switch it off
+HELDOUT_FAST = ["heldout.n_prompts=2", "heldout.samples_per_prompt=2", "heldout.bootstrap=100"]
+
+
+def smoke(root, cache, *extra, heldout: bool = False):
+    base = ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}"]
+    return [*base, *(HELDOUT_FAST if heldout else ["heldout=null"]), *extra]
 
 
 def only_run_dir(root: Path, experiment: str = "smoke") -> Path:
@@ -163,7 +168,7 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     """The embedded default: GRPO with the real structure reward on the warm-started tiny policy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4")) == 0
+    assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4", heldout=True)) == 0
     run = only_run_dir(tmp_path)
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -182,6 +187,16 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     assert "per-step metrics" in out and "SR" in out
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["failed_rewards"] == 0
+    # held-out before/after: the documented keys, on prompts disjoint from the training prompts
+    block = summary["heldout"]
+    assert (block["prompts"], block["samples_per_prompt"]) == (2, 2)
+    for side in ("before", "after"):
+        assert {"sr_mean", "sr_se", "accuracy", "n_steps", "length"} <= set(block[side])
+        assert block[side]["samples"] == 4
+    assert {"sr_mean", "accuracy", "n_steps", "length", "sr_delta_ci95"} <= set(block["delta"])
+    assert block["delta"]["sr_mean"] == pytest.approx(block["after"]["sr_mean"] - block["before"]["sr_mean"])
+    assert (run / "heldout_before.json").is_file() and (run / "heldout_after.json").is_file()
+    assert "held-out prompts: 2 x 2 samples" in out
     meta = json.loads((run / "meta.json").read_text())
     assert meta["experiment"] == "smoke" and "trl" in meta["versions"]
     # the final checkpoint is a Hugging Face directory transformers loads and generates from
