@@ -23,6 +23,7 @@ FAST = [
     "train.ppo_mini_batch_size=2",
     "train.micro_batch_size_per_gpu=8",
     "data.max_response_length=48",
+    "heldout=null",  # no held-out before/after evaluation (tests/sarl/backends/test_trl_backend.py checks it)
 ]
 
 

@@ -195,6 +195,7 @@ def test_training_stops_after_max_failed_steps_when_the_server_is_killed(vllm, p
         "train.ppo_mini_batch_size=2",
         "train.micro_batch_size_per_gpu=8",
         "data.max_response_length=48",
+        "heldout=null",
         "backend.max_steps=8",
         "train.max_failed_steps=2",
         "embedding=vllm_server",

@@ -46,6 +46,7 @@ SMALL = [
     "train.micro_batch_size_per_gpu=8",
     "data.max_response_length=96",
     "logger=none",
+    "heldout=null",
 ]
 LOCAL_CLUSTER = [
     "launcher=slurm_h100",
