@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import Counter
 
 import numpy as np
 
 from baselines.ttrl import majority_vote
 from eval.grading import Grader, default_grader, extract_answers
 from sarl.embed.base import Embedder, embed_rows
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import extract_reasoning, sanitize
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ def novelty_scores(
     return u, u_tilde
 
 
-class EvolRLReward:
+class EvolRLReward(RewardFunction):
     """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (seed 002 App. B.2).
 
     Diagnostics: `valid`, `majority` (1 for the majority band), `majority_ratio` (majority class size /
@@ -102,6 +101,7 @@ class EvolRLReward:
     """
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+    failure_label = "EVOL-RL reward"
 
     def __init__(
         self,
@@ -111,6 +111,7 @@ class EvolRLReward:
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
     ) -> None:
+        super().__init__()
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
         if eps <= 0:
@@ -120,9 +121,14 @@ class EvolRLReward:
         self.eps = float(eps)
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def check_ready(self) -> str | None:
+        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        from sarl.reward import embedder_problem
+
+        return embedder_problem(self.embedder)
+
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
         valid = [is_valid_answer(a) for a in answers]
@@ -153,6 +159,4 @@ class EvolRLReward:
                 # EVOL-RL App. B.2: majority band [0.5, 1], minority band [-1, -0.5]
                 score = (0.5 + 0.5 * u_tilde[i]) if in_majority[i] else (-1.0 + 0.5 * u_tilde[i])
                 out[i] = RewardOutput(score, diag, failed.get(i))
-        for reason in failed.values():
-            self.failure_counts[reason.split(":")[0]] += 1
         return out  # type: ignore[return-value]

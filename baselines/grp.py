@@ -68,7 +68,7 @@ import numpy as np
 from baselines.ground_truth import GroundTruthReward
 from baselines.token_count import TokenCounter
 from eval.grading import Grader, default_grader, extract_answer
-from sarl.interface import RewardOutput, RolloutBatch, record_failures
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 log = logging.getLogger(__name__)
@@ -386,7 +386,7 @@ def _gradable(answer: str | None) -> str:
     return answer if extract_answer(answer) is not None else f"\\boxed{{{answer}}}" if answer else ""
 
 
-class GRPReward:
+class GRPReward(RewardFunction):
     """GRP's process-aware graph reward with accuracy (seed 003 Sec. 3.2).
 
     combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
@@ -416,6 +416,7 @@ class GRPReward:
         "parse_failed",
         "no_answer",
     )
+    failure_label = "GRP reward"
 
     def __init__(
         self,
@@ -426,6 +427,7 @@ class GRPReward:
         tokenizer: Any = None,
         grader: Grader | None = None,
     ) -> None:
+        super().__init__()
         if start not in START_MODES:
             raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
         if combine not in COMBINE_MODES:
@@ -437,9 +439,8 @@ class GRPReward:
         self.count_tokens = TokenCounter(tokenizer)
         self.grader = grader
         self.parse_errors: Counter[str] = Counter()
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         parses = [parse_graph(r) for r in batch.responses]
         to_grade = RolloutBatch(
             prompts=list(batch.prompts),
@@ -463,7 +464,6 @@ class GRPReward:
             else:
                 score = self.acc_weight * acc + diag["R_graph"]
             out.append(RewardOutput(score, diag, g.failed))
-        record_failures(self.failure_counts, out, "GRP reward", log)
         n_bad = sum(p.error is not None for p in parses)
         if n_bad:
             log.info("GRP reward: %d of %d responses did not parse as a graph", n_bad, len(parses))

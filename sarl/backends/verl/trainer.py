@@ -47,8 +47,9 @@ from verl.utils import tensordict_utils as tu
 from baselines.grp import register_verl as _register_scae
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
-from sarl.backends.verl.reward import FAILED_KEY, is_group_reward, reward_from_config, row_metrics, score_rollouts
+from sarl.backends.verl.reward import is_group_reward, reward_from_config
 from sarl.interface import RewardsFailedError, RolloutBatch
+from sarl.metrics import FAILED_KEY, row_metrics, score_rollouts
 
 _register_scae()  # PASC-GRPO's `scae` advantage estimator (seed 003 Eq. 14-16), in the trainer's process
 

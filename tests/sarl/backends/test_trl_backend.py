@@ -14,7 +14,7 @@ import yaml
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import batch_plan, policy_path, unsupported
-from sarl.interface import RewardOutput
+from sarl.interface import RewardFunction, RewardOutput, reward_class
 from sarl.train import NotLandedError, check_landed, compose_train_config, main
 
 pytest.importorskip("trl")
@@ -88,16 +88,17 @@ def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
 # -- the reward adapter --------------------------------------------------------------------
 
 
-class RecordingReward:
+class RecordingReward(RewardFunction):
     """A group reward that scores each row by its position within its group and records the batch."""
 
     group_reward = True
     diagnostic_keys = ("rank",)
 
     def __init__(self):
+        super().__init__()
         self.batches = []
 
-    def __call__(self, batch):
+    def score(self, batch):
         self.batches.append(batch)
         out = []
         for i, gid in enumerate(batch.group_ids):
@@ -214,8 +215,6 @@ REWARDS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("reward", REWARDS)
 def test_grpo_runs_two_steps_with_each_reward(reward, policy_cache, tmp_path):
-    from hydra.utils import get_class
-
     overrides = smoke(tmp_path, policy_cache, f"reward={reward}", "embedding=local", *FAST)
     if "maxflow" in reward:  # its attention pass reads a checkpoint: the (built) smoke policy
         cfg, _ = compose_train_config(overrides)
@@ -226,7 +225,7 @@ def test_grpo_runs_two_steps_with_each_reward(reward, policy_cache, tmp_path):
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     cfg, _ = compose_train_config(overrides)
-    declared = getattr(get_class(cfg.reward._target_), "diagnostic_keys", ()) or ()
+    declared = reward_class(cfg.reward._target_).diagnostic_keys
     diag = {k for r in rows for k in r if k.startswith("reward/") and k.endswith("/mean")} - {"reward/mean"}
     assert diag, f"no reward diagnostics logged for {reward}"
     if isinstance(declared, (tuple, list)) and declared:  # (a combinator declares them per instance)
