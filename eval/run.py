@@ -332,7 +332,7 @@ def structure_all(
     from hydra.utils import instantiate
     from tqdm import tqdm
 
-    from sarl.train import embedding_server_for
+    from sarl.embed.auto import embedding_server_for
 
     with embedding_server_for(cfg, {"embedder": emb_cfg}):
         embedder = instantiate(emb_cfg)
@@ -632,7 +632,7 @@ def lm_eval_stage(cfg: DictConfig, sampling: SamplingConfig) -> dict[str, Any] |
 
 
 def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
-    from sarl.train import resolve_run_dir as train_run_dir
+    from sarl.runs import resolve_run_dir as train_run_dir
 
     return train_run_dir(cfg, f"eval/{safe_name(name)}")
 
@@ -640,7 +640,7 @@ def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
 def run(cfg: DictConfig) -> int:
     """The whole evaluation; returns the exit code (0 complete, 3 incomplete)."""
     from eval.results import load_base, log_wandb, markdown_report, write_results
-    from sarl.train import git_commit, versions
+    from sarl.runs import git_commit, versions
 
     check_eval_config(cfg)
     name = run_name(cfg)
