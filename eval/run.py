@@ -30,6 +30,7 @@ from eval.cache import SampleCache, atomic_write_text, checkpoint_fingerprint, s
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
 from sarl.errors import UserError, check_writable_dir, composition_error_message, debug_requested
+from sarl.token_count import TokenCounter
 
 log = logging.getLogger("eval.run")
 
@@ -133,21 +134,6 @@ def load_benchmarks(cfg: DictConfig) -> list[Benchmark]:
 # ---------------------------------------------------------------------------------------------------------
 # Generation
 # ---------------------------------------------------------------------------------------------------------
-
-
-class TokenCounter:
-    """The checkpoint's tokenizer, loaded on first use (only needed when a server reports no usage)."""
-
-    def __init__(self, ckpt: str) -> None:
-        self.ckpt = ckpt
-        self._tok = None
-
-    def __call__(self, text: str) -> int:
-        if self._tok is None:
-            from transformers import AutoTokenizer
-
-            self._tok = AutoTokenizer.from_pretrained(self.ckpt)
-        return len(self._tok(text, add_special_tokens=False)["input_ids"])
 
 
 @contextlib.contextmanager

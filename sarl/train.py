@@ -52,17 +52,18 @@ log = logging.getLogger("sarl.train")
 VERL_CONFIG_NAME = "verl_trainer"
 
 
-class NotLandedError(RuntimeError):
-    """A config that composes but names a part the project does not have yet."""
+class UnsupportedOnBackend(RuntimeError):
+    """A config that composes but that the chosen back end cannot run (an evaluation set as training data, DPO
+    on verl, a TRL limit, a reward class that cannot be imported, verl missing): exit 2 with the reason."""
 
 
-def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
-    """Fail at once, with a message, for a row whose reward, algorithm or backend is not here yet."""
-    from hydra.utils import get_class
+def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
+    """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
+    from sarl.interface import reward_class
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
     if cfg.data.get("role") == "eval":
-        raise NotLandedError(
+        raise UnsupportedOnBackend(
             f"data={choices.get('data')} is an evaluation benchmark (role: eval), not a training set; "
             "train on aime_1983_2024 or openrubrics_v2 and evaluate with `python -m eval.run`"
         )
@@ -71,16 +72,21 @@ def check_landed(cfg: DictConfig, choices: dict[str, Any]) -> None:
 
         why = unsupported(cfg)
         if why:
-            raise NotLandedError(why)
+            raise UnsupportedOnBackend(why)
     if backend == "verl" and algorithm == "dpo":
-        raise NotLandedError("algorithm=dpo is not a verl trainer: run it with backend=trl (TRL's DPOTrainer)")
+        raise UnsupportedOnBackend("algorithm=dpo is not a verl trainer: run it with backend=trl (TRL's DPOTrainer)")
     if algorithm == "dpo":
         return  # DPO learns from preference pairs; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
-        get_class(target)
+        reward_class(target)  # importable, and a reward (sarl.interface.Reward)
     except Exception as err:
-        raise NotLandedError(f"reward '{choices['reward']}' ({target}) has not landed yet: {err}") from err
+        raise UnsupportedOnBackend(f"reward '{choices['reward']}' ({target}) cannot be used: {err}") from err
+
+
+# The former names, kept for callers written against them.
+NotLandedError = UnsupportedOnBackend
+check_landed = check_supported
 
 
 def launch_command(run_dir: Path, entry_module: str) -> list[str]:
@@ -102,7 +108,7 @@ def launch_command(run_dir: Path, entry_module: str) -> list[str]:
 
 def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
     experiment = experiment_name(choices)
-    check_landed(cfg, choices)
+    check_supported(cfg, choices)
     if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (sarl/launch/)
         from sarl.launch.slurm import dispatch, train_argv
 
@@ -146,7 +152,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     try:
         importlib.import_module(cfg.backend.entry_module)  # the entry point the run launches
     except ImportError as err:
-        raise NotLandedError(
+        raise UnsupportedOnBackend(
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
             "on a GPU node with `pip install -e .[gpu]`"
         ) from err
@@ -184,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with signals_as_exceptions():
             return run(cfg, choices, overrides)
-    except (NotLandedError, UserError) as err:
+    except (UnsupportedOnBackend, UserError) as err:
         log.error("%s", err)
         return 2
     except Terminated as err:

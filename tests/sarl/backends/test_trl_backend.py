@@ -15,7 +15,7 @@ from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import batch_plan, policy_path, unsupported
 from sarl.interface import RewardFunction, RewardOutput, reward_class
-from sarl.train import NotLandedError, check_landed, compose_train_config, main
+from sarl.train import UnsupportedOnBackend, check_supported, compose_train_config, main
 
 pytest.importorskip("trl")
 
@@ -62,13 +62,13 @@ def test_batch_plan_maps_verl_batch_sizes_onto_trl():
 
 def test_ppo_and_vote_subsets_on_trl_fail_at_once_pointing_to_verl():
     cfg, choices = compose_train_config(["+exp=smoke", "algorithm=ppo"])
-    with pytest.raises(NotLandedError, match="backend=verl"):
-        check_landed(cfg, choices)
+    with pytest.raises(UnsupportedOnBackend, match="backend=verl"):
+        check_supported(cfg, choices)
     assert main(["+exp=smoke", "algorithm=ppo"]) == 2
     cfg, _ = compose_train_config(["+exp=smoke", "reward=ttrl", "train.n_trained=4"])
     assert "verl" in unsupported(cfg)
     cfg, choices = compose_train_config(["+exp=smoke", "reward=ttrl"])
-    check_landed(cfg, choices)  # a group reward runs on TRL
+    check_supported(cfg, choices)  # a group reward runs on TRL
 
 
 def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
