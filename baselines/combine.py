@@ -2,25 +2,30 @@
 
 score = sum_c weight_c * score_c over the components; each component's diagnostics are reported as
 `<component>/<key>`, its score as `<component>/score`. A row fails (`failed`, score `failed_score`) when any
-component fails it; the reasons are joined.
+component fails it; the reasons are joined, each after its component's name (the category
+`failure_counts` counts it under).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
-from sarl.interface import RewardOutput, RolloutBatch, reward_problem
+from sarl.interface import Reward, RewardFunction, RewardOutput, RolloutBatch, check_reward
 
 
-class WeightedSumReward:
+class WeightedSumReward(RewardFunction):
     """`components`: name -> reward object; `weights`: name -> weight (the same names)."""
 
     # The components see whole batches; one of them may need a prompt's siblings (LCS does), so a backend
     # must hand this reward whole groups.
     group_reward = True
+    failure_label = "weighted-sum reward"
 
-    def __init__(self, components: Mapping[str, Any], weights: Mapping[str, float], failed_score: float = 0.0) -> None:
+    def __init__(
+        self, components: Mapping[str, Reward], weights: Mapping[str, float], failed_score: float = 0.0
+    ) -> None:
+        super().__init__()
         if not components:
             raise ValueError("WeightedSumReward needs at least one component")
         if set(components) != set(weights):
@@ -28,27 +33,27 @@ class WeightedSumReward:
         bad = {k: v for k, v in weights.items() if not math.isfinite(float(v))}
         if bad:
             raise ValueError(f"weights must be finite, got {bad}")
-        self.components = dict(components)
+        self.components = {name: check_reward(reward) for name, reward in components.items()}
         self.weights = {k: float(v) for k, v in weights.items()}
         self.failed_score = float(failed_score)
 
     @property
-    def diagnostic_keys(self) -> tuple[str, ...]:
+    def diagnostic_keys(self) -> tuple[str, ...]:  # type: ignore[override]
         keys: list[str] = []
         for name, reward in self.components.items():
             keys.append(f"{name}/score")
-            keys.extend(f"{name}/{k}" for k in getattr(reward, "diagnostic_keys", ()))
+            keys.extend(f"{name}/{k}" for k in reward.diagnostic_keys)
         return tuple(keys)
 
     def check_ready(self) -> str | None:
         """The first component that cannot run, with its reason (`sarl.interface.Reward.check_ready`)."""
         for name, reward in self.components.items():
-            problem = reward_problem(reward)
+            problem = reward.check_ready()
             if problem is not None:
                 return f"component {name!r}: {problem}"
         return None
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         results = {}
         for name, reward in self.components.items():
             outputs = reward(batch)

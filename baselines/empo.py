@@ -25,7 +25,7 @@ import numpy as np
 
 from eval.grading import Grader, default_grader, extract_answers, strip_thinking
 from sarl.embed.base import Embedder, embed_rows
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import sanitize
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def single_linkage_clusters(vectors: np.ndarray, threshold: float) -> list[int]:
     return [first.setdefault(root(i), len(first)) for i in range(n)]
 
 
-class EMPOReward:
+class EMPOReward(RewardFunction):
     """Reward = empirical probability of the response's semantic cluster within its group (EMPO).
 
     Diagnostics: `cluster_prob` (p of the response's cluster; 0 without an answer), `semantic_entropy`
@@ -71,6 +71,7 @@ class EMPOReward:
     """
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+    failure_label = "EMPO reward"
 
     def __init__(
         self,
@@ -82,6 +83,7 @@ class EMPOReward:
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
     ) -> None:
+        super().__init__()
         if mode not in MODES:
             raise ValueError(f"EMPO mode {mode!r} not found; choose one of: {', '.join(MODES)}")
         if mode == "open_ended" and embedder is None:
@@ -97,7 +99,6 @@ class EMPOReward:
         self.embedder = embedder
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
-        self.failure_counts: Counter[str] = Counter()
 
     def check_ready(self) -> str | None:
         """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can or if there is
@@ -108,7 +109,7 @@ class EMPOReward:
 
         return embedder_problem(self.embedder)
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         unclosed = self.answer_in_unclosed_think
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=unclosed)
         vectors = None
@@ -139,8 +140,6 @@ class EMPOReward:
                     "no_answer": float(answers[i] is None),
                 }
                 out[i] = RewardOutput(0.0 if filtered else p, diag, failed.get(i))
-        for reason in failed.values():
-            self.failure_counts[reason.split(":")[0]] += 1
         return out  # type: ignore[return-value]
 
     def _clusters(self, rows: list[int], answers: list[str | None], vectors: np.ndarray | None) -> dict[int, int]:

@@ -1,6 +1,6 @@
-"""EVOL-RL: majority selection + novelty variation (Zhou et al. 2025, EVOL-RL; decisions §2.4 "EVOL-RL").
+"""EVOL-RL: majority selection + novelty variation (Zhou et al. 2025, seed 002; SPEC section 2 "EVOL-RL").
 
-Per prompt with G responses (EVOL-RL App. B.2, C.4, C.5):
+Per prompt with G responses (seed 002 App. B.2, C.4, C.5):
 1. Validity (C.4): the content of the last `\\boxed{}` must contain a digit; invalid -> r = -1.
 2. Majority (B.2): y_i = +1 if the answer is in the majority class of the valid answers (TTRL's vote,
    `baselines.ttrl.majority_vote`), else -1 (minority).
@@ -12,7 +12,7 @@ Per prompt with G responses (EVOL-RL App. B.2, C.4, C.5):
 Every majority response therefore outranks every minority one.
 
 Choices where the paper is silent (see the class docstring): invalid responses are not embedded and
-take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (decisions §1 rules), or
+take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (SPEC 1 rules), or
 the whole response when that is empty; cosine similarities are not clipped (the authors' code clips to
 [0, 1], the paper does not). Training settings that go with it (clip_ratio_high 0.28, entropy coefficient
 0.003, 64 votes / 32 trained via `baselines.ttrl.select_for_training`, lr 5e-7, temperature 1.0; C.6)
@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import Counter
 
 import numpy as np
 
 from baselines.ttrl import majority_vote
 from eval.grading import Grader, default_grader, extract_answers
 from sarl.embed.base import Embedder, embed_rows
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import extract_reasoning, sanitize
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ def is_valid_answer(answer: str | None) -> bool:
 
 
 def reasoning_text(response: str) -> str:
-    """The reasoning part that EVOL-RL embeds: the `<think>` block (decisions §1), else the whole response."""
+    """The reasoning part that EVOL-RL embeds: the `<think>` block (SPEC 1), else the whole response."""
     clean, _ = sanitize(response)
     reasoning, _, _ = extract_reasoning(clean, "whole")
     return reasoning.strip() or clean.strip()
@@ -83,8 +82,8 @@ def novelty_scores(
     return u, u_tilde
 
 
-class EvolRLReward:
-    """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (EVOL-RL App. B.2).
+class EvolRLReward(RewardFunction):
+    """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (seed 002 App. B.2).
 
     Diagnostics: `valid`, `majority` (1 for the majority band), `majority_ratio` (majority class size /
     group size), `novelty` (raw u_i, absent when undefined), `novelty_normalized` (ũ_i, valid rows).
@@ -102,6 +101,7 @@ class EvolRLReward:
     """
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+    failure_label = "EVOL-RL reward"
 
     def __init__(
         self,
@@ -111,6 +111,7 @@ class EvolRLReward:
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
     ) -> None:
+        super().__init__()
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
         if eps <= 0:
@@ -120,9 +121,14 @@ class EvolRLReward:
         self.eps = float(eps)
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def check_ready(self) -> str | None:
+        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        from sarl.reward import embedder_problem
+
+        return embedder_problem(self.embedder)
+
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
         valid = [is_valid_answer(a) for a in answers]
@@ -153,6 +159,4 @@ class EvolRLReward:
                 # EVOL-RL App. B.2: majority band [0.5, 1], minority band [-1, -0.5]
                 score = (0.5 + 0.5 * u_tilde[i]) if in_majority[i] else (-1.0 + 0.5 * u_tilde[i])
                 out[i] = RewardOutput(score, diag, failed.get(i))
-        for reason in failed.values():
-            self.failure_counts[reason.split(":")[0]] += 1
         return out  # type: ignore[return-value]

@@ -7,16 +7,11 @@ math-verify, `verify(gold, pred)` with the gold first; else 0. A gold may be a l
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
-
 from eval.grading import Grader, default_grader, extract_answer, gold_answers
-from sarl.interface import RewardOutput, RolloutBatch, record_failures
-
-log = logging.getLogger(__name__)
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 
 
-class GroundTruthReward:
+class GroundTruthReward(RewardFunction):
     """1 if the response's answer matches its gold answer, else 0.
 
     Diagnostics: `acc` (= the score), `no_answer` (no `\\boxed{}` answer; score 0), `grader_timeout`
@@ -29,18 +24,17 @@ class GroundTruthReward:
     """
 
     diagnostic_keys = ("acc", "no_answer", "grader_timeout")
+    failure_label = "ground-truth reward"
 
     def __init__(self, grader: Grader | None = None, answer_in_unclosed_think: bool = False) -> None:
+        super().__init__()
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
         golds = batch.ground_truths if batch.ground_truths is not None else [None] * len(batch)
-        out = [self._score(response, gold, grader) for response, gold in zip(batch.responses, golds)]
-        record_failures(self.failure_counts, out, "ground-truth reward", log)
-        return out
+        return [self._score(response, gold, grader) for response, gold in zip(batch.responses, golds)]
 
     def _score(self, response: object, gold: object, grader: Grader) -> RewardOutput:
         if gold is None:

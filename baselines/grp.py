@@ -1,4 +1,4 @@
-"""Graph Reasoning Paradigm rewards and PASC-GRPO's SCAE advantage (GRP Sec. 3.1-3.2).
+"""Graph Reasoning Paradigm rewards (GRP Sec. 3.1-3.2.1); PASC-GRPO's SCAE advantage is `baselines.pasc_grpo`.
 
 Output format (the paper shows it only in figures; our serialisation): inside `<think>...</think>`, blocks
 wrapped in one of 7 cognitive labels, one node per line as a JSON object, the final answer in
@@ -26,11 +26,7 @@ A node is v = (id, parents_id, content) (Eq. 1); edges run parent -> child. Rewa
 - R_rev = share of nodes from which the answer node is reachable (Eq. 11-12).
 - R_graph = w1 R_fmt + w2 R_conn + w3 R_ers + w4 R_reach + w5 R_rev, sum w = 1 (Eq. 13).
 
-SCAE (Sec. 3.2.2, Eq. 14-16), per group with mean accuracy r̄ and mean aux reward r̄+ / r̄- over its correct /
-wrong rollouts: correct A_i = (1 - r̄) + max(0, aux_i - r̄+); wrong A_j = -r̄ + min(0, aux_j - r̄-); no std
-normalisation.
-
-Decisions where the paper is silent (decisions §4):
+Decisions where the paper is silent (seed-003 notes):
 - the parser is strict and total: a line that is not an opening label, a closing label or one JSON object
   with exactly the keys id (int), parents_id (list of int) and content (str); text outside label blocks; an
   unknown label; nested, unclosed or empty blocks; duplicate ids; or no `</think>` (truncated) -> a parse
@@ -41,15 +37,14 @@ Decisions where the paper is silent (decisions §4):
   Sec. 3.2.1), end = the answer node = the last node (in text order); ~> is reflexive (a node reaches
   itself), so a one-node graph has R_reach = R_rev = 1 when that node is known.
 - empty denominators give 1 for R_dens, R_topo and R_para (nothing violated); R_ers = 0 when there is no
-  start ~> end path or the nodes hold no tokens; token counts via `baselines.token_count` (the policy
+  start ~> end path or the nodes hold no tokens; token counts via `sarl.token_count` (the policy
   tokenizer when configured, else whitespace words).
 - default weights uniform (0.2 each).
 - accuracy: the `\\boxed{}` inside the last `<answer>` block, or the block's whole text when it has none,
   checked against the gold answer with `eval.grading`.
 
-In verl, PASC-GRPO needs both accuracy and R_graph per rollout, and a registered advantage estimator sees
-only the scalar reward; `GRPReward(combine="scae")` therefore packs them into one score (`pack_scae`), and
-the `scae` estimator (`register_verl`) unpacks it.
+For PASC-GRPO, `GRPReward(combine="scae")` packs accuracy and R_graph into one score
+(`baselines.pasc_grpo.pack_scae`) for the `scae` advantage estimator, which unpacks it.
 """
 
 from __future__ import annotations
@@ -66,17 +61,23 @@ import networkx as nx
 import numpy as np
 
 from baselines.ground_truth import GroundTruthReward
-from baselines.token_count import TokenCounter
+from baselines.pasc_grpo import (  # noqa: F401 (the SCAE names stay importable from here)
+    SCAE_ESTIMATOR,
+    pack_scae,
+    register_verl,
+    scae_advantages,
+    unpack_scae,
+)
 from eval.grading import Grader, default_grader, extract_answer
-from sarl.interface import RewardOutput, RolloutBatch, record_failures
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
+from sarl.token_count import TokenCounter
 
 log = logging.getLogger(__name__)
 
-LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # GRP App. B
+LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # seed 003 App. B
 REWARD_NAMES = ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")  # the terms of Eq. (13), in order
 DEFAULT_WEIGHTS = {name: 0.2 for name in REWARD_NAMES}
-SCAE_ESTIMATOR = "scae"
 START_MODES = ("first_known", "all_known")
 
 _LINE = re.compile(r"^(?:<(\w+)>)?(.*?)(?:</(\w+)>)?$", re.DOTALL)
@@ -85,7 +86,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 @dataclass
 class Node:
-    """v = (id, parents_id, content) (GRP Eq. 1), with its label and label block."""
+    """v = (id, parents_id, content) (seed 003 Eq. 1), with its label and label block."""
 
     id: int
     parents: list[int]
@@ -215,10 +216,10 @@ def _reached_by(g: nx.DiGraph, target: int) -> set[int]:
 
 
 def graph_rewards(parse: GraphParse, count_tokens: Any = None, start: str = "first_known") -> dict[str, float]:
-    """The rewards of GRP Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
+    """The rewards of seed 003 Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
     `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`, `repeated_parents`.
 
-    `start`: "first_known" (v_start is the first known node, decisions §4) or "all_known" (every
+    `start`: "first_known" (v_start is the first known node, the notes' decision) or "all_known" (every
     known node is an initial condition: v ~> end from any of them)."""
     if start not in START_MODES:
         raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
@@ -281,95 +282,13 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if any(v < 0 or not math.isfinite(v) for v in w.values()):
         raise ValueError(f"GRP weights must be finite and >= 0, got {w}")
     if abs(sum(w.values()) - 1.0) > 1e-9:
-        raise ValueError(f"GRP weights must sum to 1 (GRP Eq. 13), got {sum(w.values())}")
+        raise ValueError(f"GRP weights must sum to 1 (seed 003 Eq. 13), got {sum(w.values())}")
     return w
 
 
 def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT_WEIGHTS) -> float:
-    """GRP Eq. (13): R_graph = sum_i w_i R_i."""
+    """Seed 003 Eq. (13): R_graph = sum_i w_i R_i."""
     return float(sum(weights[k] * rewards[k] for k in REWARD_NAMES))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# SCAE (PASC-GRPO)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def scae_advantages(acc: np.ndarray, aux: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
-    """GRP Eq. (14)-(16): per group, A_i = (1 - r̄) + max(0, aux_i - r̄+) for a correct rollout and
-    A_j = -r̄ + min(0, aux_j - r̄-) for a wrong one; r̄ the group's mean accuracy, r̄+ / r̄- the mean aux
-    reward over its correct / wrong rollouts. Accuracy must be 0 or 1."""
-    acc = np.asarray(acc, dtype=np.float64)
-    aux = np.asarray(aux, dtype=np.float64)
-    group_ids = np.asarray(group_ids)
-    if not (acc.ndim == aux.ndim == group_ids.ndim == 1 and len(acc) == len(aux) == len(group_ids)):
-        raise ValueError(
-            f"acc, aux and group_ids must be 1-D of one length, got {acc.shape}, {aux.shape}, {group_ids.shape}"
-        )
-    if not np.isin(acc, (0.0, 1.0)).all():
-        raise ValueError(f"SCAE needs accuracy in {{0, 1}}, got {sorted(set(acc.tolist()) - {0.0, 1.0})[:5]}")
-    if not np.isfinite(aux).all():
-        raise ValueError("SCAE needs finite auxiliary rewards")
-    adv = np.zeros(len(acc))
-    _, group = np.unique(group_ids, return_inverse=True)
-    for g in range(group.max() + 1 if len(group) else 0):
-        rows = np.flatnonzero(group == g)
-        correct = acc[rows] == 1.0
-        mean_acc = acc[rows].mean()
-        right, wrong = rows[correct], rows[~correct]
-        if len(right):  # Eq. (15): structure is only a bonus
-            adv[right] = (1.0 - mean_acc) + np.maximum(0.0, aux[right] - aux[right].mean())
-        if len(wrong):  # Eq. (16): structure is only a penalty
-            adv[wrong] = (0.0 - mean_acc) + np.minimum(0.0, aux[wrong] - aux[wrong].mean())
-    return adv
-
-
-# The packed score: correct -> 2 + aux in [2, 3], wrong -> aux - 3 in [-3, -2], so that the two bands cannot
-# be confused with each other nor with a plain [-1, 1] reward (a misconfigured run fails loudly).
-_SCAE_CORRECT, _SCAE_WRONG = 2.0, -3.0
-
-
-def pack_scae(acc: float, aux: float) -> float:
-    """One scalar that carries accuracy (0/1) and an aux reward in [0, 1] to the `scae` estimator."""
-    if acc not in (0.0, 1.0) or not 0.0 <= aux <= 1.0:
-        raise ValueError(f"pack_scae needs acc in {{0, 1}} and aux in [0, 1], got acc={acc}, aux={aux}")
-    return (_SCAE_CORRECT if acc == 1.0 else _SCAE_WRONG) + aux
-
-
-def unpack_scae(scores: np.ndarray, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
-    """(acc, aux) from packed scores; ValueError if a score lies in neither band (not a packed score)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    acc = (scores > 0).astype(np.float64)
-    aux = scores - np.where(acc == 1.0, _SCAE_CORRECT, _SCAE_WRONG)
-    bad = ~((aux >= -tol) & (aux <= 1.0 + tol))
-    if bad.any():
-        raise ValueError(
-            f"the scae advantage estimator got rewards {scores[bad][:5].tolist()} outside [-3, -2] U [2, 3]: "
-            "it needs reward=grp with reward.combine=scae (accuracy and R_graph packed by baselines.grp.pack_scae)"
-        )
-    return acc, np.clip(aux, 0.0, 1.0)
-
-
-def register_verl() -> None:
-    """Registers SCAE as verl's advantage estimator `scae` (`algorithm.adv_estimator=scae`); idempotent.
-    It must run in the process that computes advantages (verl's trainer)."""
-    import torch
-    from verl.trainer.ppo import core_algos
-
-    if SCAE_ESTIMATOR in core_algos.ADV_ESTIMATOR_REGISTRY:
-        return
-
-    @core_algos.register_adv_est(SCAE_ESTIMATOR)
-    def compute_scae_outcome_advantage(
-        token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **_: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """PASC-GRPO's SCAE (GRP Eq. 14-16) on packed GRP scores, grouped by uid; outcome only."""
-        with torch.no_grad():
-            acc, aux = unpack_scae(token_level_rewards.sum(dim=-1).double().cpu().numpy())
-            adv = scae_advantages(acc, aux, np.asarray(index))
-            scores = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
-            advantages = scores.unsqueeze(-1) * response_mask
-        return advantages, advantages
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -386,8 +305,8 @@ def _gradable(answer: str | None) -> str:
     return answer if extract_answer(answer) is not None else f"\\boxed{{{answer}}}" if answer else ""
 
 
-class GRPReward:
-    """GRP's process-aware graph reward with accuracy (GRP Sec. 3.2).
+class GRPReward(RewardFunction):
+    """GRP's process-aware graph reward with accuracy (seed 003 Sec. 3.2).
 
     combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
     `pack_scae(acc, R_graph)` for the `scae` advantage estimator. Diagnostics: `acc`, `R_graph`, each
@@ -416,6 +335,7 @@ class GRPReward:
         "parse_failed",
         "no_answer",
     )
+    failure_label = "GRP reward"
 
     def __init__(
         self,
@@ -426,6 +346,7 @@ class GRPReward:
         tokenizer: Any = None,
         grader: Grader | None = None,
     ) -> None:
+        super().__init__()
         if start not in START_MODES:
             raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
         if combine not in COMBINE_MODES:
@@ -437,9 +358,8 @@ class GRPReward:
         self.count_tokens = TokenCounter(tokenizer)
         self.grader = grader
         self.parse_errors: Counter[str] = Counter()
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         parses = [parse_graph(r) for r in batch.responses]
         to_grade = RolloutBatch(
             prompts=list(batch.prompts),
@@ -463,7 +383,6 @@ class GRPReward:
             else:
                 score = self.acc_weight * acc + diag["R_graph"]
             out.append(RewardOutput(score, diag, g.failed))
-        record_failures(self.failure_counts, out, "GRP reward", log)
         n_bad = sum(p.error is not None for p in parses)
         if n_bad:
             log.info("GRP reward: %d of %d responses did not parse as a graph", n_bad, len(parses))

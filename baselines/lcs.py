@@ -22,7 +22,7 @@ Decisions where the paper is silent:
   format part alone (Sec. 4.3: "The LCS reward requires at least one correct completion as reference"; the
   paper does not say what replaces it, and 0 is the term's absence). Only completions whose correctness
   was judged count: a row without a gold answer is no reference. Such rows say so in `no_reference`.
-- step lengths count the step's text without the tag markup (`baselines.token_count`: the policy tokenizer
+- step lengths count the step's text without the tag markup (`sarl.token_count`: the policy tokenizer
   when configured, else whitespace words);
 - a completion whose correctness cannot be judged (no gold answer) takes no part in its group's pairs, scores
   `failed_score` and says why.
@@ -30,17 +30,13 @@ Decisions where the paper is silent:
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
 from typing import Any, Sequence
 
 from baselines.ground_truth import GroundTruthReward
 from baselines.structured_prompt import format_score, parse_structured
-from baselines.token_count import TokenCounter
 from eval.grading import Grader, default_grader
-from sarl.interface import RewardOutput, RolloutBatch, record_failures
-
-log = logging.getLogger(__name__)
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.token_count import TokenCounter
 
 
 def lcs_matches(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
@@ -128,7 +124,7 @@ def lcs_rewards(tag_seqs: list[list[str]], step_lengths: list[list[int]], correc
     return out
 
 
-class LCSReward:
+class LCSReward(RewardFunction):
     """Structured Reasoning's LCS group reward: lcs_weight * r_lcs + format_weight * format.
 
     Diagnostics: `acc`, `format`, `r_lcs`, `n_steps`, `untagged_prefix`, `truncated`, `group_size` (the
@@ -147,6 +143,7 @@ class LCSReward:
         "group_size",
         "no_reference",
     )
+    failure_label = "LCS reward"
 
     def __init__(
         self,
@@ -156,14 +153,14 @@ class LCSReward:
         failed_score: float = 0.0,
         grader: Grader | None = None,
     ) -> None:
+        super().__init__()
         self.lcs_weight = float(lcs_weight)
         self.format_weight = float(format_weight)
         self.count_tokens = TokenCounter(tokenizer)
         self.failed_score = float(failed_score)
         self.grader = grader
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         graded = GroundTruthReward(self.grader or default_grader())(batch)
         parsed = [parse_structured(r, "tags") for r in batch.responses]
         out: list[RewardOutput | None] = [None] * len(batch)
@@ -193,5 +190,4 @@ class LCSReward:
                     continue
                 diag["r_lcs"] = lcs_of[i]
                 out[i] = RewardOutput(self.lcs_weight * lcs_of[i] + self.format_weight * fmt, diag)
-        record_failures(self.failure_counts, out, "LCS reward", log)
         return out  # type: ignore[return-value]

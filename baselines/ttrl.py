@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from eval.grading import Grader, default_grader, extract_answers, gold_answers
-from sarl.interface import RewardOutput, RolloutBatch
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def select_for_training(group_ids: Sequence[str], n_samples: int, seed: int) -> 
     return sorted(keep)
 
 
-class TTRLReward:
+class TTRLReward(RewardFunction):
     """Majority-vote reward: 1 if the response's answer is in its group's largest answer class, else 0.
 
     Diagnostics: `majority_ratio` (largest class size / group size, no-answer rows included as in TTRL's
@@ -92,6 +92,7 @@ class TTRLReward:
     """
 
     group_reward = True  # needs all rollouts of a prompt together (RolloutBatch.group_ids)
+    failure_label = "TTRL reward"
 
     def __init__(
         self,
@@ -101,6 +102,7 @@ class TTRLReward:
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
     ) -> None:
+        super().__init__()
         if not 1 <= n_samples <= n_votes:
             raise ValueError(f"TTRL needs 1 <= n_samples <= n_votes, got n_samples={n_samples}, n_votes={n_votes}")
         self.n_votes = n_votes
@@ -109,7 +111,6 @@ class TTRLReward:
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
         self.warning_counts: Counter[str] = Counter()
-        self.failure_counts: Counter[str] = Counter()
 
     def training_rows(self, group_ids: Sequence[str]) -> list[int]:
         """`select_for_training` with this reward's n_samples and seed; every group must have n_votes rows."""
@@ -119,7 +120,7 @@ class TTRLReward:
             raise ValueError(f"TTRL expects n_votes={self.n_votes} rows per group; got (group id: rows) {wrong}")
         return select_for_training(group_ids, self.n_samples, self.seed)
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
         out: list[RewardOutput | None] = [None] * len(batch)
@@ -134,8 +135,6 @@ class TTRLReward:
                 diag = {"majority_ratio": majority_ratio, "no_answer": float(answers[i] is None)}
                 diag.update(self._gold_diagnostics(answers[i], vote.label, reward, batch, i, grader))
                 out[i] = RewardOutput(reward, diag, failed.get(i))
-        for reason in failed.values():
-            self.failure_counts[reason.split(":")[0]] += 1
         if mismatched:
             self.warning_counts["group_size_mismatch"] += mismatched
             log.warning("TTRL: %d groups do not have n_votes=%d rows; scored anyway", mismatched, self.n_votes)

@@ -216,6 +216,7 @@ class OpenAIChatGenerator(Generator):
         self.concurrency = int(concurrency)
         self.extra_body = dict(extra_body or {})
         self.count_tokens = count_tokens
+        self.server: Any = None  # a vLLM server started for this generator (`openai_generator`), stopped by close()
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         s = self.sampling
@@ -258,6 +259,8 @@ class OpenAIChatGenerator(Generator):
 
     def close(self) -> None:
         self.client.close()
+        if self.server is not None:
+            self.server.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -323,3 +326,82 @@ class TransformersGenerator(Generator):
                 on_result(request, None, f"{type(err).__name__}: {err}")
                 continue
             on_result(request, generation, None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Builders: what conf/eval/generator/*.yaml name (`_target_`), called by eval.run through
+# `hydra.utils.instantiate(cfg.generator, ckpt, sampling, run)`; every other key of the file is a setting.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a generator gets from the evaluation run besides its settings."""
+
+    name: str  # the run name (default served model name)
+    run_dir: Any  # pathlib.Path of the run directory (server logs)
+    seed: int
+
+
+def vllm_generator(ckpt: str, sampling: SamplingConfig, run: RunInfo, **settings: Any) -> VLLMGenerator:
+    """vLLM in-process on the checkpoint (conf/eval/generator/vllm.yaml); seeded with the run's seed."""
+    return VLLMGenerator(ckpt, sampling, seed=run.seed, **settings)
+
+
+def transformers_generator(ckpt: str, sampling: SamplingConfig, run: RunInfo, **settings: Any) -> TransformersGenerator:
+    """transformers on the checkpoint (conf/eval/generator/transformers.yaml)."""
+    return TransformersGenerator(ckpt, sampling, **settings)
+
+
+def openai_generator(
+    ckpt: str,
+    sampling: SamplingConfig,
+    run: RunInfo,
+    url: str = "auto",
+    model: str | None = None,
+    api_key_env: str | None = "OPENAI_API_KEY",
+    server: dict[str, Any] | None = None,
+    **settings: Any,
+) -> OpenAIChatGenerator:
+    """An OpenAI-compatible server (conf/eval/generator/openai.yaml): the one at `url`, or, for url=auto, a vLLM
+    server started on the checkpoint now (`server` settings) and stopped when the generator is closed. `model`:
+    the served name (None: the run name); the API key comes from the environment variable `api_key_env`;
+    response lengths are recounted with the checkpoint's tokenizer when the server reports no usage."""
+    import sys
+    from pathlib import Path
+
+    from eval.openai_client import api_key_from_env
+    from sarl.token_count import TokenCounter
+
+    served = str(model or run.name)
+    started = None
+    if str(url) == "auto":
+        from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
+
+        s = dict(server or {})
+        cpu = bool(s.pop("cpu", False))
+        started = VLLMServer(
+            ckpt,
+            served_name=served,
+            python=str(s.pop("python", None) or sys.executable),
+            extra_args=[*(VLLM_CPU_ARGS if cpu else ()), *s.pop("extra_args", [])],
+            env=dict(VLLM_CPU_ENV) if cpu else {},
+            log_path=Path(run.run_dir) / "vllm_server.log",
+            **s,
+        ).start()
+        url = started.url
+    try:
+        gen = OpenAIChatGenerator(
+            str(url),
+            served,
+            sampling,
+            api_key=api_key_from_env(api_key_env),
+            count_tokens=TokenCounter(ckpt) if Path(ckpt).is_dir() else None,
+            **settings,
+        )
+    except BaseException:
+        if started is not None:
+            started.stop()
+        raise
+    gen.server = started
+    return gen

@@ -315,7 +315,7 @@ def log_wandb(
 
     import wandb
 
-    from sarl.train import wandb_offline_unless_logged_in
+    from sarl.runs import wandb_offline_unless_logged_in
 
     env = dict(os.environ)
     wandb_offline_unless_logged_in(env)  # offline without an API key

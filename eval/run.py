@@ -3,7 +3,7 @@ Fig. 2a).
 
     python -m eval.run ckpt=/path/to/checkpoint
     python -m eval.run ckpt=DIR base_results=runs/eval/Qwen3-4B/<date>_<time>      # the Δ% columns
-    python -m eval.run ckpt=DIR generator.backend=openai generator.openai.url=http://HOST:8000/v1
+    python -m eval.run ckpt=DIR generator=openai generator.url=http://HOST:8000/v1
     python -m eval.run ckpt=DIR judge.url=http://JUDGE:8000/v1 judge.model=Qwen/Qwen3-32B  # a local judge
 
 Arguments are Hydra overrides of conf/eval.yaml. Stages: generate (cached per sample; an interrupted run
@@ -34,7 +34,8 @@ from sarl.errors import UserError, check_writable_dir, composition_error_message
 log = logging.getLogger("eval.run")
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-BACKENDS = ("vllm", "openai", "transformers")
+BACKENDS = ("vllm", "openai", "transformers")  # conf/eval/generator/<name>.yaml
+GENERATOR_GROUP, JUDGE_GROUP = "eval/generator@generator", "eval/judge@judge"  # the groups in conf/eval.yaml
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 
@@ -46,6 +47,7 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    overrides = group_overrides(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_eval"):
             cfg = compose(config_name="eval", overrides=overrides)
@@ -53,6 +55,43 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
         raise UserError(composition_error_message(err)) from err
     cfg.paths.root = str(Path(cfg.paths.root).resolve())
     return cfg
+
+
+def group_overrides(overrides: list[str]) -> list[str]:
+    """The command line with the generator and judge choices as Hydra's group overrides: `generator=NAME` picks
+    conf/eval/generator/NAME.yaml (its settings are then `generator.KEY`), `judge=NAME` conf/eval/judge/NAME.yaml.
+    The former keys still work: `generator.backend=NAME` is `generator=NAME`, and `generator.NAME.KEY=V` is
+    `generator.KEY=V` when NAME is the chosen back end and is ignored otherwise (it had no effect)."""
+    backend = "vllm"
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if eq and key in ("generator", "generator.backend"):
+            if value not in BACKENDS:
+                raise UserError(f"{key}={value!r}; choose one of: {', '.join(BACKENDS)}")
+            backend = value
+    out = []
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        bare = key.lstrip("+~")
+        prefix = key[: len(key) - len(bare)]
+        parts = bare.split(".")
+        if eq and bare in ("generator", "generator.backend"):
+            out.append(f"{GENERATOR_GROUP}={value}")
+        elif eq and bare == "judge":
+            out.append(f"{JUDGE_GROUP}={value}")
+        elif len(parts) > 2 and parts[0] == "generator" and parts[1] in BACKENDS:
+            if parts[1] == backend:
+                out.append(f"{prefix}generator.{'.'.join(parts[2:])}{eq}{value}")
+            else:
+                log.info("%s has no effect with generator=%s: ignored", override, backend)
+        else:
+            out.append(override)
+    return out
+
+
+def generator_name(cfg: DictConfig) -> str:
+    """The chosen generator back end, from its builder (`eval.generate.<name>_generator`)."""
+    return str(cfg.generator._target_).rpartition(".")[2].removesuffix("_generator")
 
 
 def _looks_like_path(name: str) -> bool:
@@ -65,10 +104,8 @@ def check_eval_config(cfg: DictConfig) -> None:
     first key that cannot work."""
     if OmegaConf.is_missing(cfg, "ckpt"):
         raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    if cfg.generator.backend not in BACKENDS:
-        raise UserError(f"generator.backend={cfg.generator.backend!r}; choose one of: {', '.join(BACKENDS)}")
     ckpt = str(cfg.ckpt)
-    remote = cfg.generator.backend == "openai" and str(cfg.generator.openai.get("url", "auto")) != "auto"
+    remote = str(cfg.generator.get("url", "auto")) != "auto"  # an OpenAI-compatible server that has the model
     if _looks_like_path(ckpt) and not remote:
         path = Path(ckpt).expanduser()
         if not path.is_dir():
@@ -135,91 +172,33 @@ def load_benchmarks(cfg: DictConfig) -> list[Benchmark]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-class TokenCounter:
-    """The checkpoint's tokenizer, loaded on first use (only needed when a server reports no usage)."""
+def build(node: DictConfig, *args: Any) -> Any:
+    """`hydra.utils.instantiate(node, *args)` (plain containers for the settings); an error of the builder is
+    raised as itself, not wrapped in Hydra's InstantiationException."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
 
-    def __init__(self, ckpt: str) -> None:
-        self.ckpt = ckpt
-        self._tok = None
-
-    def __call__(self, text: str) -> int:
-        if self._tok is None:
-            from transformers import AutoTokenizer
-
-            self._tok = AutoTokenizer.from_pretrained(self.ckpt)
-        return len(self._tok(text, add_special_tokens=False)["input_ids"])
+    try:
+        return instantiate(node, *args, _convert_="all")
+    except InstantiationException as err:
+        if err.__cause__ is not None:
+            raise err.__cause__ from None
+        raise
 
 
 @contextlib.contextmanager
 def generator_for(cfg: DictConfig, sampling: SamplingConfig, run_dir: Path) -> Iterator[Generator]:
-    """The configured back end; for `openai` with url=auto, a vLLM server on the checkpoint, stopped after."""
-    backend = cfg.generator.backend
-    ckpt = str(cfg.ckpt)
-    with contextlib.ExitStack() as stack:
-        if backend == "vllm":
-            from eval.generate import VLLMGenerator
+    """The configured generator (conf/eval/generator/<choice>.yaml, built by `hydra.utils.instantiate`), closed
+    after the run (an `openai` generator with url=auto stops the vLLM server it started)."""
+    from eval.generate import RunInfo
 
-            v = cfg.generator.vllm
-            gen: Generator = VLLMGenerator(
-                ckpt,
-                sampling,
-                tensor_parallel_size=v.tensor_parallel_size,
-                gpu_memory_utilization=v.gpu_memory_utilization,
-                max_model_len=v.max_model_len,
-                dtype=v.dtype,
-                enforce_eager=v.enforce_eager,
-                chunk_size=v.chunk_size,
-                seed=cfg.seed,
-                engine_kwargs=OmegaConf.to_container(v.engine_kwargs),
-            )
-        elif backend == "openai":
-            from eval.generate import OpenAIChatGenerator
-            from eval.openai_client import api_key_from_env
-
-            o = cfg.generator.openai
-            served = str(o.model or run_name(cfg))
-            url = str(o.url)
-            if url == "auto":
-                from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
-
-                s = o.server
-                server = VLLMServer(
-                    ckpt,
-                    served_name=served,
-                    python=str(s.python or sys.executable),
-                    port=s.port,
-                    gpu_memory_utilization=s.gpu_memory_utilization,
-                    max_model_len=s.max_model_len,
-                    extra_args=[*(VLLM_CPU_ARGS if s.cpu else ()), *s.extra_args],
-                    env=dict(VLLM_CPU_ENV) if s.cpu else {},
-                    startup_timeout_s=s.startup_timeout_s,
-                    log_path=run_dir / "vllm_server.log",
-                )
-                stack.enter_context(server)
-                url = server.url
-            gen = OpenAIChatGenerator(
-                url,
-                served,
-                sampling,
-                api_key=api_key_from_env(o.api_key_env),
-                concurrency=o.concurrency,
-                timeout_s=o.timeout_s,
-                max_retries=o.max_retries,
-                backoff_s=o.backoff_s,
-                extra_body=OmegaConf.to_container(o.extra_body),
-                count_tokens=TokenCounter(ckpt) if Path(ckpt).is_dir() else None,
-            )
-        elif backend == "transformers":
-            from eval.generate import TransformersGenerator
-
-            t = cfg.generator.transformers
-            gen = TransformersGenerator(ckpt, sampling, device=t.device, dtype=t.dtype)
-        else:
-            raise ValueError(f"generator.backend {backend!r} not found; choose one of: {', '.join(BACKENDS)}")
-        try:
-            yield gen
-        finally:
-            gen.close()
+    gen = build(
+        cfg.generator, str(cfg.ckpt), sampling, RunInfo(name=run_name(cfg), run_dir=run_dir, seed=int(cfg.seed))
+    )
+    try:
+        yield gen
+    finally:
+        gen.close()
 
 
 def checkpoint_cache_root(cache_dir: Path, name: str, ckpt: str) -> Path:
@@ -332,7 +311,7 @@ def structure_all(
     from hydra.utils import instantiate
     from tqdm import tqdm
 
-    from sarl.train import embedding_server_for
+    from sarl.embed.auto import embedding_server_for
 
     with embedding_server_for(cfg, {"embedder": emb_cfg}):
         embedder = instantiate(emb_cfg)
@@ -381,7 +360,7 @@ def judge_all(
     """A judgement per WildBench response: cached; an empty final answer scores 1 without a judge call; a
     failed judgement is recorded with its reason (not cached: a rerun tries again)."""
     from eval.grading import strip_thinking
-    from eval.wildbench import EMPTY_RESPONSE_SCORE, Judge, judge_prompt, load_template
+    from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
 
     wb = [b for b in benchmarks if b.kind == "wildbench"]
     if not wb:
@@ -429,28 +408,7 @@ def judge_all(
     log.info("judging: %d judgements cached or empty, %d to request from %s", len(out), len(pending), j.model)
     if not pending:
         return out
-    from eval.openai_client import api_key_from_env
-
-    api_key = api_key_from_env(j.api_key_env)
-    if api_key is None and "api.openai.com" in str(j.url):
-        raise RuntimeError(
-            f"the WildBench judge at {j.url} needs an API key in ${j.api_key_env} (judge.api_key_env); or point "
-            "judge.url and judge.model at a local OpenAI-compatible judge, or skip WildBench: benchmarks.wildbench=[]"
-        )
-    judge = Judge(
-        str(j.url),
-        str(j.model),
-        template,
-        api_key=api_key,
-        temperature=j.temperature,
-        max_tokens=j.max_tokens,
-        json_mode=j.json_mode,
-        concurrency=j.concurrency,
-        timeout_s=j.timeout_s,
-        max_retries=j.max_retries,
-        backoff_s=j.backoff_s,
-        extra_body=OmegaConf.to_container(j.extra_body),
-    )
+    judge = build(j, template)  # conf/eval/judge/<choice>.yaml with the template's text
 
     def on_result(key: tuple[str, str, int], record: dict[str, Any]) -> None:
         record = {"text_hash": text_hash(texts[key]), **record}
@@ -632,7 +590,7 @@ def lm_eval_stage(cfg: DictConfig, sampling: SamplingConfig) -> dict[str, Any] |
 
 
 def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
-    from sarl.train import resolve_run_dir as train_run_dir
+    from sarl.runs import resolve_run_dir as train_run_dir
 
     return train_run_dir(cfg, f"eval/{safe_name(name)}")
 
@@ -640,7 +598,7 @@ def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
 def run(cfg: DictConfig) -> int:
     """The whole evaluation; returns the exit code (0 complete, 3 incomplete)."""
     from eval.results import load_base, log_wandb, markdown_report, write_results
-    from sarl.train import git_commit, versions
+    from sarl.runs import git_commit, versions
 
     check_eval_config(cfg)
     name = run_name(cfg)
@@ -683,7 +641,7 @@ def run(cfg: DictConfig) -> int:
                 "started": started,
                 "finished": dt.datetime.now().isoformat(timespec="seconds"),
                 "sampling": {**gen_identity, "n": int(cfg.sampling.n), "n_wildbench": int(cfg.sampling.n_wildbench)},
-                "backend": str(cfg.generator.backend),
+                "backend": generator_name(cfg),
                 "limit": cfg.limit,
                 "base_results": str(cfg.base_results) if cfg.base_results else None,
                 **meta,

@@ -278,3 +278,20 @@ class Judge:
 
     def close(self) -> None:
         self.client.close()
+
+
+def openai_judge(
+    template_text: str, url: str, model: str, api_key_env: str | None, template: str, **settings: Any
+) -> Judge:
+    """The judge conf/eval/judge/*.yaml describes (`_target_`; built by eval.run with `hydra.utils.instantiate`):
+    any OpenAI-compatible chat endpoint at `url` serving `model`, with the API key from the environment variable
+    `api_key_env`, scoring with `template_text` (the text of the template file or URL `template`)."""
+    from eval.openai_client import api_key_from_env
+
+    api_key = api_key_from_env(api_key_env)
+    if api_key is None and "api.openai.com" in str(url):
+        raise RuntimeError(
+            f"the WildBench judge at {url} needs an API key in ${api_key_env} (judge.api_key_env); or point "
+            "judge.url and judge.model at a local OpenAI-compatible judge, or skip WildBench: benchmarks.wildbench=[]"
+        )
+    return Judge(str(url), str(model), template_text, api_key=api_key, **settings)

@@ -174,7 +174,7 @@ def check_attention(cfg: DictConfig) -> Check:
 
 
 def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | None:
-    from sarl.train import starts_embedding_server
+    from sarl.embed.auto import starts_embedding_server
 
     return float(cfg.embedding_server.gpu_memory_utilization) if starts_embedding_server(reward_cfg) else None
 
@@ -317,7 +317,7 @@ def check_wandb(cfg: DictConfig, environ: dict[str, str] | None = None) -> Check
         return Check("W&B", True, "not used (logger=none)")
     if _version("wandb") is None:
         return Check("W&B", False, "wandb not installed", "pip install wandb, or logger=none")
-    from sarl.train import wandb_key_available
+    from sarl.runs import wandb_key_available
 
     key = wandb_key_available(environ)
     mode = environ.get("WANDB_MODE") or ("online" if key else "offline")
@@ -353,7 +353,7 @@ def check_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Check:
         return Check("embedding server", True, "not used by this reward")
     from hydra.utils import instantiate
 
-    from sarl.train import planned_embedding_server
+    from sarl.embed.auto import planned_embedding_server
 
     if embedder.get("url") == "auto":
         try:
@@ -409,7 +409,8 @@ def run_cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path) -> No
 def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
     """Every check for the composed config of a verl row."""
     from sarl.backends.verl.config import build_verl_config
-    from sarl.train import check_reward_endpoints, experiment_name, resolve_run_dir
+    from sarl.embed.auto import check_reward_endpoints
+    from sarl.runs import experiment_name, resolve_run_dir
 
     experiment = experiment_name(choices)
     run_dir = resolve_run_dir(cfg, experiment)
@@ -451,7 +452,8 @@ def print_table(checks: list[Check], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
-    from sarl.train import compose_user_config, experiment_name
+    from sarl.compose import compose_user_config
+    from sarl.runs import experiment_name
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -10,7 +10,6 @@ path); `StructureReward` is the reward object every backend calls.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,7 +18,7 @@ import numpy as np
 from sarl.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch
 from sarl.embed.base import Embedder
 from sarl.graph import VARIANTS, GraphMetrics, graph_metrics_batch
-from sarl.interface import RewardOutput, RolloutBatch, record_failures
+from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.steps import NO_THINK_MODES, ParsedSteps, parse_steps
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ def embedder_problem(embedder: Embedder) -> str | None:
     )
 
 
-class StructureReward:
+class StructureReward(RewardFunction):
     """The SARL structure reward as a reward object: `reward(batch) -> list[RewardOutput]`.
 
     Each output carries `score` (SR or the ablation variant) and diagnostics `sr`, `C`,
@@ -89,6 +88,7 @@ class StructureReward:
     """
 
     diagnostic_keys = ("sr", "C", "L", "n_steps", "n_nodes", "n_edges", "no_think", "truncated", "steps_capped")
+    failure_label = "structure reward"
 
     def __init__(
         self,
@@ -103,6 +103,7 @@ class StructureReward:
         failed_score: float = 0.0,
         k_rule: str = DEFAULT_K_RULE,
     ) -> None:
+        super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
         if clustering not in METHODS:
@@ -120,10 +121,9 @@ class StructureReward:
         self.no_think = no_think
         self.max_steps = max_steps
         self.failed_score = float(failed_score)
-        self.failure_counts: Counter[str] = Counter()
 
-    def __call__(self, batch: RolloutBatch) -> list[RewardOutput]:
-        return [a.output for a in self.analyze(batch)]
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
+        return [a.output for a in self._analyze(batch)]
 
     def check_ready(self) -> str | None:
         """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
@@ -138,7 +138,12 @@ class StructureReward:
             return f"unparseable response: {err}"
 
     def analyze(self, batch: RolloutBatch) -> list[StructureAnalysis]:
-        """Steps, clusters and reward output of every response in the batch."""
+        """Steps, clusters and reward output of every response in the batch (failures counted as by a call)."""
+        out = self._analyze(batch)
+        self.count_failures([a.output for a in out])
+        return out
+
+    def _analyze(self, batch: RolloutBatch) -> list[StructureAnalysis]:
         parsed = [self._parse(text) for text in batch.responses]
         all_steps = [s for p in parsed if isinstance(p, ParsedSteps) for s in p.steps]
         failed: dict[int, str] = {i: p for i, p in enumerate(parsed) if isinstance(p, str)}
@@ -197,5 +202,4 @@ class StructureReward:
             else:
                 output = RewardOutput(score=self.failed_score, diagnostics=diag, failed=failed[i])
             out.append(StructureAnalysis(steps=steps, labels=labels.get(i), output=output))
-        record_failures(self.failure_counts, [a.output for a in out], "structure reward", log)
         return out

@@ -135,7 +135,7 @@ def _files(data_dir: Path, **paths: Path) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    from sarl.train import git_commit
+    from sarl.runs import git_commit
 
     out = {"git_commit": git_commit()}
     for pkg in ("sarl", "datasets", "pyarrow", "transformers", "math-verify"):

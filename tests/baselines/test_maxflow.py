@@ -24,7 +24,7 @@ from baselines.maxflow import (
 )
 from baselines.structured_prompt import parse_structured
 from sarl.bench import networkx_importance  # the benchmark's networkx reference: F and every F - F_-k
-from sarl.interface import Reward, RewardOutput, RolloutBatch
+from sarl.interface import Reward, RewardFunction, RewardOutput, RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -416,13 +416,14 @@ def test_joint_config_is_flow_plus_lcs_one_to_one_with_the_format_score_once(tin
     assert "lcs/r_lcs" in joint.diagnostic_keys and "maxflow/Q" in joint.diagnostic_keys
 
 
-class Const:
+class Const(RewardFunction):
     diagnostic_keys = ("x",)
 
     def __init__(self, scores, failed=None):
+        super().__init__()
         self.scores, self.failed = scores, failed or {}
 
-    def __call__(self, batch):
+    def score(self, batch):
         return [RewardOutput(s, {"x": s}, self.failed.get(i)) for i, s in enumerate(self.scores)]
 
 

@@ -408,3 +408,40 @@ def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer
     # the stale record is recomputed; the regenerated sample has its old text again (same per-sample seed), so
     # its statistics, keyed by that text, stand
     assert "structure statistics: 15 cached, 1 to compute" in caplog.text
+
+
+def test_generator_and_judge_are_config_groups_and_the_former_keys_still_work():
+    """generator=NAME picks conf/eval/generator/NAME.yaml (built with hydra.utils.instantiate); the former
+    generator.backend=NAME and generator.NAME.KEY=V mean the same, a key of a back end not chosen is ignored."""
+    new = eval_run.compose_eval_config(
+        ["ckpt=x", "generator=openai", "generator.url=http://h:8000/v1", "judge.model=j"]
+    )
+    old = eval_run.compose_eval_config(
+        ["ckpt=x", "generator.backend=openai", "generator.openai.url=http://h:8000/v1", "generator.vllm.dtype=half"]
+        + ["judge.model=j"]
+    )
+    assert new.generator == old.generator and new.judge == old.judge
+    assert new.generator._target_ == "eval.generate.openai_generator" and new.generator.url == "http://h:8000/v1"
+    assert (
+        eval_run.generator_name(new) == "openai"
+        and eval_run.generator_name(eval_run.compose_eval_config(["ckpt=x"])) == "vllm"
+    )
+    assert new.judge._target_ == "eval.wildbench.openai_judge" and new.judge.model == "j"
+    for name in eval_run.BACKENDS:
+        assert (eval_run.CONF_DIR / "eval" / "generator" / f"{name}.yaml").is_file()
+    with pytest.raises(eval_run.UserError, match="choose one of: vllm, openai, transformers"):
+        eval_run.compose_eval_config(["ckpt=x", "generator=tgi"])
+
+
+def test_the_judge_is_built_from_its_group(monkeypatch):
+    from hydra.utils import instantiate
+
+    monkeypatch.setenv("TEST_JUDGE_KEY", "k")
+    cfg = eval_run.compose_eval_config(
+        ["ckpt=x", "judge.url=http://127.0.0.1:9/v1", "judge.api_key_env=TEST_JUDGE_KEY"]
+    )
+    judge = instantiate(cfg.judge, "TEMPLATE {$model_output}", _convert_="all")
+    try:
+        assert type(judge).__name__ == "Judge" and judge.model == cfg.judge.model
+    finally:
+        judge.close()

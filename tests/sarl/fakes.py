@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from sarl.embed.base import Embedder
-from sarl.interface import RewardOutput
+from sarl.interface import RewardFunction, RewardOutput
 
 
 class KeywordEmbedder(Embedder):
@@ -39,18 +39,18 @@ class KeywordEmbedder(Embedder):
         return out, {}
 
 
-class PromptRecorder:
+class PromptRecorder(RewardFunction):
     """A prompt-dependent reward test double (like MaxFlow, `needs_prompt`): scores 1 and records every
     prompt it is given. `name` only makes configs differ (the verl bridge builds one object per config)."""
 
     needs_prompt = True
-    diagnostic_keys = ()
 
     def __init__(self, name: str = "") -> None:
+        super().__init__()
         self.name = name
         self.prompts: list[str] = []
 
-    def __call__(self, batch):
+    def score(self, batch):
         self.prompts.extend(batch.prompts)
         return [RewardOutput(1.0) for _ in batch.responses]
 

@@ -23,8 +23,8 @@ import json
 import math
 from typing import Any, Sequence
 
-from sarl.backends.verl.reward import diagnostic_keys, reward_metrics
-from sarl.interface import RewardsFailedError, RolloutBatch
+from sarl.interface import Reward, RewardsFailedError, RolloutBatch
+from sarl.metrics import batch_diagnostic_keys, reward_metrics
 
 
 def message_text(messages: Any) -> str:
@@ -41,7 +41,7 @@ class TRLReward:
 
     def __init__(
         self,
-        reward: Any,
+        reward: Reward,
         num_generations: int,
         tokenizer: Any = None,
         name: str | None = None,
@@ -116,7 +116,7 @@ class TRLReward:
         if len(outputs) != len(batch):
             raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
         self.calls += 1
-        metrics = reward_metrics(outputs, diagnostic_keys(self.reward, outputs))
+        metrics = reward_metrics(outputs, batch_diagnostic_keys(self.reward, outputs))
         self.failed_total += int(metrics["reward/failed"])
         if log_metric is not None:
             for key, value in metrics.items():

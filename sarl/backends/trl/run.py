@@ -327,7 +327,7 @@ def failed_rewards_before(metrics_path: Path, last_step: int) -> int:
 def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     if "wandb" not in cfg.logger.backends:
         return None
-    from sarl.train import wandb_init
+    from sarl.runs import wandb_init
 
     return wandb_init(cfg, meta, run_dir, env)
 
@@ -383,10 +383,10 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
 
             from sarl.backends.trl.rewards import TRLReward
             from sarl.backends.trl.trainer import SarlGRPOTrainer
-            from sarl.interface import reward_problem
+            from sarl.interface import check_reward
 
-            reward_obj = instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True))
-            problem = reward_problem(reward_obj)
+            reward_obj = check_reward(instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)))
+            problem = reward_obj.check_ready()
             if problem is not None:
                 log.error("the reward cannot run, stopping before step 1: %s", problem)
                 return 1

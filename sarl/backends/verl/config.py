@@ -206,10 +206,15 @@ def build_verl_config(
     with read_write(base.reward.custom_reward_function), open_dict(base.reward.custom_reward_function):
         base.reward.custom_reward_function.reward_kwargs = {"reward": reward_cfg}
     with read_write(base.trainer.v1), open_dict(base.trainer.v1):
-        # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset
-        base.trainer.v1[TRAINER_NAME] = {"n_votes": cfg.train.rollout_n, "seed": cfg.seed}
-        # stop after this many consecutive training batches with no usable reward (null: never)
-        base.trainer.v1[TRAINER_NAME].max_failed_steps = cfg.train.get("max_failed_steps")
+        # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset, the
+        # function that registers the algorithm's advantage estimator with verl (conf/algorithm/*.yaml), and
+        # the number of consecutive training batches with no usable reward after which the run stops (null: never)
+        base.trainer.v1[TRAINER_NAME] = {
+            "n_votes": cfg.train.rollout_n,
+            "seed": cfg.seed,
+            "adv_estimator_register": cfg.algorithm.get("adv_estimator_register"),
+            "max_failed_steps": cfg.train.get("max_failed_steps"),
+        }
     if env_vars:
         runtime_env = base.ray_kwargs.ray_init.runtime_env
         with read_write(runtime_env), open_dict(runtime_env):

@@ -21,73 +21,15 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import threading
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from sarl.interface import USER_PROMPT_KEY, RewardOutput, RolloutBatch
+from sarl.interface import USER_PROMPT_KEY, Reward, RewardOutput, RolloutBatch, check_reward, reward_class
+from sarl.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts
 
 log = logging.getLogger(__name__)
-
-FAILED_KEY = "failed"
-
-
-def diagnostic_keys(reward: Any, outputs: Sequence[RewardOutput]) -> list[str]:
-    """A fixed key set for a batch (verl stacks each key across rows): the reward's declared
-    `diagnostic_keys` if it has them, else every key any output carries."""
-    declared = getattr(reward, "diagnostic_keys", None)
-    if declared:
-        return list(declared)
-    keys: dict[str, None] = {}
-    for o in outputs:
-        keys.update(dict.fromkeys(o.diagnostics))
-    return list(keys)
-
-
-def output_row(output: RewardOutput, keys: Sequence[str]) -> dict[str, float]:
-    """One response's reward as verl's reward-info dict: score, diagnostics (NaN where the
-    reward did not define one, e.g. L of a one-node map) and failed (0/1)."""
-    row = {"score": output.score}
-    row.update({k: float(output.diagnostics.get(k, math.nan)) for k in keys})
-    row[FAILED_KEY] = float(output.failed is not None)
-    return row
-
-
-def reward_metrics(outputs: Sequence[RewardOutput], keys: Sequence[str]) -> dict[str, float]:
-    """`reward/<name>/mean` for every diagnostic (over the responses that define it),
-    `reward/score/mean|std` and `reward/failed` (a count)."""
-    return row_metrics([output_row(o, keys) for o in outputs])
-
-
-def row_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """The `reward/*` metrics of a batch from its reward-info rows (`output_row` dicts, the
-    `reward_extra_info` verl keeps per sample): `reward/score/mean|std`, `reward/failed` (a count)
-    and `reward/<name>/mean` for every other key, over the rows where it is defined (not NaN);
-    a key no row defines gives no metric."""
-    scores = np.array([float(r["score"]) for r in rows], dtype=np.float64)
-    metrics = {
-        "reward/score/mean": float(scores.mean()) if len(scores) else math.nan,
-        "reward/score/std": float(scores.std()) if len(scores) else math.nan,
-        "reward/failed": float(sum(float(r.get(FAILED_KEY, 0.0)) for r in rows)),
-    }
-    keys: dict[str, None] = {}
-    for r in rows:
-        keys.update(dict.fromkeys(k for k in r if k not in ("score", FAILED_KEY)))
-    for k in keys:
-        vals = []
-        for r in rows:
-            value = r.get(k, math.nan)
-            try:
-                value = float(value)
-            except (TypeError, ValueError) as err:
-                raise TypeError(f"reward info {k!r} = {value!r} is not a number; diagnostics must be floats") from err
-            if not math.isnan(value):
-                vals.append(value)
-        if vals:
-            metrics[f"reward/{k}/mean"] = float(np.mean(vals))
-    return metrics
 
 
 def is_group_reward(reward_cfg: dict) -> bool:
@@ -96,25 +38,7 @@ def is_group_reward(reward_cfg: dict) -> bool:
     target = reward_cfg.get("_target_") if reward_cfg else None
     if not target:
         return False
-    from hydra.utils import get_class
-
-    return bool(getattr(get_class(target), "group_reward", False))
-
-
-def needs_prompt(reward: Any) -> bool:
-    """Whether a reward object reads the prompt text (`needs_prompt = True` on its class; MaxFlow's graph
-    starts at the prompt)."""
-    return bool(getattr(reward, "needs_prompt", False))
-
-
-def score_rollouts(reward: Any, batch: RolloutBatch) -> tuple[list[RewardOutput], list[dict[str, float]]]:
-    """The reward's outputs for a batch and one reward-info row per response, every row with the
-    same keys (score, each diagnostic, failed)."""
-    outputs = reward(batch)
-    if len(outputs) != len(batch):
-        raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
-    keys = diagnostic_keys(reward, outputs)
-    return outputs, [output_row(o, keys) for o in outputs]
+    return bool(reward_class(target).group_reward)
 
 
 # -- per-sample path (verl's custom_reward_function) -------------------------------------
@@ -123,7 +47,7 @@ _REWARDS: dict[str, Any] = {}
 _REWARDS_LOCK = threading.Lock()
 
 
-def reward_from_config(reward_cfg: dict) -> Any:
+def reward_from_config(reward_cfg: dict) -> Reward:
     """The reward object described by a resolved `conf/reward/*` node, built once per process."""
     from omegaconf import OmegaConf
 
@@ -134,14 +58,14 @@ def reward_from_config(reward_cfg: dict) -> Any:
         if key not in _REWARDS:
             from hydra.utils import instantiate
 
-            _REWARDS[key] = instantiate(reward_cfg)
+            _REWARDS[key] = check_reward(instantiate(reward_cfg))
         return _REWARDS[key]
 
 
 class MicroBatcher:
     """Gathers concurrent single-response calls on one event loop into batched reward calls."""
 
-    def __init__(self, reward: Any, max_batch: int = 512, max_wait_s: float = 0.05) -> None:
+    def __init__(self, reward: Reward, max_batch: int = 512, max_wait_s: float = 0.05) -> None:
         self.reward = reward
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
@@ -216,7 +140,7 @@ async def compute_score(
     batcher = _BATCHERS.setdefault((id(obj), id(loop)), MicroBatcher(obj))
     extra = dict(extra_info or {})
     prompt = extra.get(USER_PROMPT_KEY)
-    if prompt is None and needs_prompt(obj):
+    if prompt is None and obj.needs_prompt:
         raise KeyError(
             f"{type(obj).__name__} needs the prompt, but this row's extra_info has no {USER_PROMPT_KEY!r} "
             f"(data_source {data_source!r}, extra_info keys {sorted(extra)}): verl passes the reward no prompt, "
@@ -231,7 +155,7 @@ async def compute_score(
         "group_id": str(extra.get("uid", f"row-{next(_ROW_IDS)}")),
     }
     output = await batcher.submit(row)
-    return output_row(output, diagnostic_keys(obj, [output]))
+    return output_row(output, batch_diagnostic_keys(obj, [output]))
 
 
 # -- whole-batch path (group rewards) ----------------------------------------------------
@@ -272,7 +196,7 @@ def rollout_batch_from_dataproto(data: Any, tokenizer: Any) -> RolloutBatch:
     )
 
 
-def reward_dataproto(data: Any, reward: Any, tokenizer: Any) -> tuple[Any, dict[str, float]]:
+def reward_dataproto(data: Any, reward: Reward, tokenizer: Any) -> tuple[Any, dict[str, float]]:
     """Rewards of a whole generated batch as verl expects them: a DataProto with `rm_scores`
     (the score on each response's last valid token) and one column per diagnostic, plus the
     `reward/*` metrics of the batch."""

@@ -47,13 +47,11 @@ from verl.trainer import main_ppo
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.utils import tensordict_utils as tu
 
-from baselines.grp import register_verl as _register_scae
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
-from sarl.backends.verl.reward import FAILED_KEY, is_group_reward, reward_from_config, row_metrics, score_rollouts
+from sarl.backends.verl.reward import is_group_reward, reward_from_config
 from sarl.interface import RewardsFailedError, RolloutBatch
-
-_register_scae()  # PASC-GRPO's `scae` advantage estimator (GRP Eq. 14-16), in the trainer's process
+from sarl.metrics import FAILED_KEY, row_metrics, score_rollouts
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +181,17 @@ class _BatchRewardLoop:
         return getattr(self._inner, name)
 
 
+def register_adv_estimator(config: DictConfig) -> None:
+    """Call the function that registers the algorithm's advantage estimator with verl
+    (`trainer.v1.sarl.adv_estimator_register`, from `algorithm.adv_estimator_register`: PASC-GRPO's `scae`),
+    in this process, which computes the advantages."""
+    path = OmegaConf.select(config, f"trainer.v1.{TRAINER_NAME}.adv_estimator_register", default=None)
+    if path:
+        from hydra.utils import get_method
+
+        get_method(str(path))()
+
+
 @register_trainer(TRAINER_NAME)
 class SarlTrainer(PPOTrainerSync):
     """verl's sync PPO trainer with our reward objects (see the module docstring)."""
@@ -206,6 +215,7 @@ class SarlTrainer(PPOTrainerSync):
         self.max_failed_steps = int(max_failed) if max_failed is not None else None  # train.max_failed_steps
         self.failed_streak = 0  # consecutive training batches with no usable reward
         self._skipped_keys: set[str] = set()  # keys of this step's batches that were not trained on
+        register_adv_estimator(config)
         super().__init__(config)
         self.reward = reward_from_config(reward_cfg) if self.group_reward else None
 

@@ -14,8 +14,8 @@ import yaml
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import batch_plan, policy_path, unsupported
-from sarl.interface import RewardOutput
-from sarl.train import NotLandedError, check_landed, compose_train_config, main
+from sarl.interface import RewardFunction, RewardOutput, reward_class
+from sarl.train import UnsupportedOnBackend, check_supported, compose_train_config, main
 
 pytest.importorskip("trl")
 
@@ -67,13 +67,13 @@ def test_batch_plan_maps_verl_batch_sizes_onto_trl():
 
 def test_ppo_and_vote_subsets_on_trl_fail_at_once_pointing_to_verl():
     cfg, choices = compose_train_config(["+exp=smoke", "algorithm=ppo"])
-    with pytest.raises(NotLandedError, match="backend=verl"):
-        check_landed(cfg, choices)
+    with pytest.raises(UnsupportedOnBackend, match="backend=verl"):
+        check_supported(cfg, choices)
     assert main(["+exp=smoke", "algorithm=ppo"]) == 2
     cfg, _ = compose_train_config(["+exp=smoke", "reward=ttrl", "train.n_trained=4"])
     assert "verl" in unsupported(cfg)
     cfg, choices = compose_train_config(["+exp=smoke", "reward=ttrl"])
-    check_landed(cfg, choices)  # a group reward runs on TRL
+    check_supported(cfg, choices)  # a group reward runs on TRL
 
 
 def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
@@ -93,16 +93,17 @@ def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
 # -- the reward adapter --------------------------------------------------------------------
 
 
-class RecordingReward:
+class RecordingReward(RewardFunction):
     """A group reward that scores each row by its position within its group and records the batch."""
 
     group_reward = True
     diagnostic_keys = ("rank",)
 
     def __init__(self):
+        super().__init__()
         self.batches = []
 
-    def __call__(self, batch):
+    def score(self, batch):
         self.batches.append(batch)
         out = []
         for i, gid in enumerate(batch.group_ids):
@@ -229,8 +230,6 @@ REWARDS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("reward", REWARDS)
 def test_grpo_runs_two_steps_with_each_reward(reward, policy_cache, tmp_path):
-    from hydra.utils import get_class
-
     overrides = smoke(tmp_path, policy_cache, f"reward={reward}", "embedding=local", *FAST)
     if "maxflow" in reward:  # its attention pass reads a checkpoint: the (built) smoke policy
         cfg, _ = compose_train_config(overrides)
@@ -241,7 +240,7 @@ def test_grpo_runs_two_steps_with_each_reward(reward, policy_cache, tmp_path):
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     cfg, _ = compose_train_config(overrides)
-    declared = getattr(get_class(cfg.reward._target_), "diagnostic_keys", ()) or ()
+    declared = reward_class(cfg.reward._target_).diagnostic_keys
     diag = {k for r in rows for k in r if k.startswith("reward/") and k.endswith("/mean")} - {"reward/mean"}
     assert diag, f"no reward diagnostics logged for {reward}"
     if isinstance(declared, (tuple, list)) and declared:  # (a combinator declares them per instance)

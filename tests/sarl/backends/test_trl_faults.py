@@ -12,7 +12,7 @@ import torch
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, policy_path, prompt_dataset
-from sarl.interface import RewardOutput, RewardsFailedError
+from sarl.interface import RewardFunction, RewardOutput, RewardsFailedError
 from sarl.train import compose_train_config, main
 
 pytest.importorskip("trl")
@@ -31,15 +31,14 @@ def smoke(root, cache, *extra):
     return ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}", *FAST, *extra]
 
 
-class FailRows:
+class FailRows(RewardFunction):
     """Scores row i as i, except the rows in `fail`, which fail as if the embedding server had died."""
 
-    diagnostic_keys = ()
-
     def __init__(self, fail):
+        super().__init__()
         self.fail = set(fail)
 
-    def __call__(self, batch):
+    def score(self, batch):
         return [
             RewardOutput(0.0, failed="embedding error: ConnectError: connection refused")
             if i in self.fail

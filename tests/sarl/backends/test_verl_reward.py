@@ -11,7 +11,7 @@ from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
 
 from sarl.backends.verl.reward import is_group_reward, reward_dataproto, rollout_batch_from_dataproto, row_metrics
-from sarl.interface import RewardOutput
+from sarl.interface import RewardFunction, RewardOutput
 from sarl.reward import StructureReward
 
 verl = pytest.importorskip("verl")
@@ -53,12 +53,13 @@ def test_per_response_reward_on_a_dataproto(tokenizer, verl_batch):
     assert "rm_scores" in merged.batch.keys()
 
 
-class GroupRank:
+class GroupRank(RewardFunction):
     """A group reward test double: 1 for the longest response of each prompt, else 0."""
 
+    group_reward = True
     diagnostic_keys = ("group_size",)
 
-    def __call__(self, batch):
+    def score(self, batch):
         outs = [None] * len(batch)
         for _, idx in batch.groups().items():
             best = max(idx, key=lambda i: (len(batch.responses[i]), -i))

@@ -136,6 +136,25 @@ def test_ttrl_votes_must_match_the_rollouts(tmp_path, tiny_qwen3_dir):
         verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_ttrl64_math", "reward.n_samples=16")
 
 
+def test_the_algorithm_config_registers_its_advantage_estimator(tmp_path, tiny_qwen3_dir):
+    """PASC-GRPO's `scae` is registered from conf/algorithm/pasc_grpo.yaml (adv_estimator_register), in the
+    trainer's process; verl's own estimators register nothing."""
+    from verl.trainer.ppo import core_algos
+
+    from sarl.backends.verl.trainer import register_adv_estimator
+
+    assert (
+        verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math").trainer.v1[TRAINER_NAME].adv_estimator_register
+        is None
+    )
+    v = verl_config(tmp_path, tiny_qwen3_dir, "+exp=pasc_grpo_grp_math")
+    assert v.algorithm.adv_estimator == "scae"
+    assert v.trainer.v1[TRAINER_NAME].adv_estimator_register == "baselines.pasc_grpo.register_verl"
+    core_algos.ADV_ESTIMATOR_REGISTRY.pop("scae", None)
+    register_adv_estimator(v)
+    assert core_algos.get_adv_estimator_fn("scae").__name__ == "compute_scae_outcome_advantage"
+
+
 # -- the trainer object -------------------------------------------------------------------------
 
 TTRL4 = ["reward=ttrl", "train.rollout_n=4", "train.n_trained=2", "reward.n_votes=4", "reward.n_samples=2"]

@@ -1,4 +1,5 @@
-"""Token counts of text pieces (GRP's I(v), GRP Eq. 9; LCS step lengths, Structured Reasoning Eq. 6).
+"""Token counts of text pieces (GRP's I(v), GRP Eq. 9; LCS step lengths, Structured Reasoning Eq. 6; response
+lengths when an OpenAI-compatible server reports no usage, `eval.run`).
 
 With a tokenizer (a loaded one, or a path/id loaded on first use with `AutoTokenizer`), a count is the number
 of tokens the tokenizer gives without special tokens; without one (the default), the number of
