@@ -1,6 +1,6 @@
-"""EVOL-RL: majority selection + novelty variation (Zhou et al. 2025, seed 002; SPEC section 2 "EVOL-RL").
+"""EVOL-RL: majority selection + novelty variation (Zhou et al. 2025, EVOL-RL; decisions §2.4 "EVOL-RL").
 
-Per prompt with G responses (seed 002 App. B.2, C.4, C.5):
+Per prompt with G responses (EVOL-RL App. B.2, C.4, C.5):
 1. Validity (C.4): the content of the last `\\boxed{}` must contain a digit; invalid -> r = -1.
 2. Majority (B.2): y_i = +1 if the answer is in the majority class of the valid answers (TTRL's vote,
    `baselines.ttrl.majority_vote`), else -1 (minority).
@@ -12,7 +12,7 @@ Per prompt with G responses (seed 002 App. B.2, C.4, C.5):
 Every majority response therefore outranks every minority one.
 
 Choices where the paper is silent (see the class docstring): invalid responses are not embedded and
-take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (SPEC 1 rules), or
+take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (decisions §1 rules), or
 the whole response when that is empty; cosine similarities are not clipped (the authors' code clips to
 [0, 1], the paper does not). Training settings that go with it (clip_ratio_high 0.28, entropy coefficient
 0.003, 64 votes / 32 trained via `baselines.ttrl.select_for_training`, lr 5e-7, temperature 1.0; C.6)
@@ -43,7 +43,7 @@ def is_valid_answer(answer: str | None) -> bool:
 
 
 def reasoning_text(response: str) -> str:
-    """The reasoning part that EVOL-RL embeds: the `<think>` block (SPEC 1), else the whole response."""
+    """The reasoning part that EVOL-RL embeds: the `<think>` block (decisions §1), else the whole response."""
     clean, _ = sanitize(response)
     reasoning, _, _ = extract_reasoning(clean, "whole")
     return reasoning.strip() or clean.strip()
@@ -83,7 +83,7 @@ def novelty_scores(
 
 
 class EvolRLReward(RewardFunction):
-    """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (seed 002 App. B.2).
+    """EVOL-RL reward: -1 invalid; 0.5 + 0.5 ũ majority; -1 + 0.5 ũ minority (EVOL-RL App. B.2).
 
     Diagnostics: `valid`, `majority` (1 for the majority band), `majority_ratio` (majority class size /
     group size), `novelty` (raw u_i, absent when undefined), `novelty_normalized` (ũ_i, valid rows).

@@ -26,7 +26,7 @@ A node is v = (id, parents_id, content) (Eq. 1); edges run parent -> child. Rewa
 - R_rev = share of nodes from which the answer node is reachable (Eq. 11-12).
 - R_graph = w1 R_fmt + w2 R_conn + w3 R_ers + w4 R_reach + w5 R_rev, sum w = 1 (Eq. 13).
 
-Decisions where the paper is silent (seed-003 notes):
+Decisions where the paper is silent (decisions §4):
 - the parser is strict and total: a line that is not an opening label, a closing label or one JSON object
   with exactly the keys id (int), parents_id (list of int) and content (str); text outside label blocks; an
   unknown label; nested, unclosed or empty blocks; duplicate ids; or no `</think>` (truncated) -> a parse
@@ -75,7 +75,7 @@ from sarl.token_count import TokenCounter
 
 log = logging.getLogger(__name__)
 
-LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # seed 003 App. B
+LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # GRP App. B
 REWARD_NAMES = ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")  # the terms of Eq. (13), in order
 DEFAULT_WEIGHTS = {name: 0.2 for name in REWARD_NAMES}
 START_MODES = ("first_known", "all_known")
@@ -86,7 +86,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 @dataclass
 class Node:
-    """v = (id, parents_id, content) (seed 003 Eq. 1), with its label and label block."""
+    """v = (id, parents_id, content) (GRP Eq. 1), with its label and label block."""
 
     id: int
     parents: list[int]
@@ -216,10 +216,10 @@ def _reached_by(g: nx.DiGraph, target: int) -> set[int]:
 
 
 def graph_rewards(parse: GraphParse, count_tokens: Any = None, start: str = "first_known") -> dict[str, float]:
-    """The rewards of seed 003 Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
+    """The rewards of GRP Sec. 3.2.1 for a successfully parsed response (each in [0, 1]), plus
     `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`, `repeated_parents`.
 
-    `start`: "first_known" (v_start is the first known node, the notes' decision) or "all_known" (every
+    `start`: "first_known" (v_start is the first known node, decisions §4) or "all_known" (every
     known node is an initial condition: v ~> end from any of them)."""
     if start not in START_MODES:
         raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
@@ -282,12 +282,12 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if any(v < 0 or not math.isfinite(v) for v in w.values()):
         raise ValueError(f"GRP weights must be finite and >= 0, got {w}")
     if abs(sum(w.values()) - 1.0) > 1e-9:
-        raise ValueError(f"GRP weights must sum to 1 (seed 003 Eq. 13), got {sum(w.values())}")
+        raise ValueError(f"GRP weights must sum to 1 (GRP Eq. 13), got {sum(w.values())}")
     return w
 
 
 def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT_WEIGHTS) -> float:
-    """Seed 003 Eq. (13): R_graph = sum_i w_i R_i."""
+    """GRP Eq. (13): R_graph = sum_i w_i R_i."""
     return float(sum(weights[k] * rewards[k] for k in REWARD_NAMES))
 
 
@@ -306,7 +306,7 @@ def _gradable(answer: str | None) -> str:
 
 
 class GRPReward(RewardFunction):
-    """GRP's process-aware graph reward with accuracy (seed 003 Sec. 3.2).
+    """GRP's process-aware graph reward with accuracy (GRP Sec. 3.2).
 
     combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
     `pack_scae(acc, R_graph)` for the `scae` advantage estimator. Diagnostics: `acc`, `R_graph`, each

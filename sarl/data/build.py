@@ -211,7 +211,8 @@ def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
       randomisation (App. A.4: the top 5 tags plus 0-5 random others, shuffled), drawn per row from
       (`prompt_seed`, row id), so every row gets its own tag set and a rebuild gives the same prompts;
     - structured_fixed: the same prompt with all 23 tags in the paper's order, as its "Mathematical Problem
-      Solving Template" prints it (Structured Reasoning App. A.14): the evaluation sets of the structured experiments."""
+      Solving Template" prints it (Structured Reasoning App. A.14): the evaluation sets of the structured
+      experiments."""
     style = cfg.get("prompt_style") or "plain"
     if style == "plain":
         suffix = cfg.get("prompt_suffix") or ""

@@ -132,8 +132,9 @@ def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_p
 
 
 def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path):
-    """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.14's "Mathematical Problem
-    Solving Template" with all 23 tags in the paper's order for every row, the same problems and golds as aime25."""
+    """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.14's
+    "Mathematical Problem Solving Template" with all 23 tags in the paper's order for every row, the same problems
+    and golds as aime25."""
     from baselines.structured_prompt import TAGS
     from sarl.train import compose_train_config
 
