@@ -17,26 +17,6 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "sft" / "tiny.jsonl"
 
 
-@pytest.fixture(scope="session")
-def chat_policy_dir(tmp_path_factory):
-    """A tiny random Qwen3 with a chat-template tokenizer (the smoke policy's layout, no warm start)."""
-    import torch
-    from transformers import Qwen3ForCausalLM
-
-    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
-
-    texts = [line for line in FIXTURE.read_text().splitlines()] + [
-        (REPO / "sarl/smoke/data/traces.jsonl").read_text()[:20000]
-    ]
-    tok = build_tokenizer(texts, vocab_size=400)
-    path = tmp_path_factory.mktemp("chat_policy")
-    torch.manual_seed(0)
-    config = qwen3_config(tok, hidden_size=64, intermediate_size=128, head_dim=32, num_hidden_layers=2)
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
 def sft_overrides(root, policy, *extra):
     return [
         "+exp=smoke",
