@@ -71,6 +71,7 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.max_prompt_length": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     "train.max_response_length": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     "train.total_epochs": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    "train.total_training_steps": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (or null: the epochs)"),
     "train.save_freq": (lambda v: isinstance(v, int) and (v >= 1 or v == -1), "an integer >= 1 (or -1: never)"),
     "train.test_freq": (lambda v: isinstance(v, int) and (v >= 1 or v == -1), "an integer >= 1 (or -1: never)"),
     "train.nnodes": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),

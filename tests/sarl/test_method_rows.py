@@ -93,7 +93,6 @@ def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp,
         ("train.min_lr_ratio=1.5", r"train.min_lr_ratio must lie in \[0, 1\]"),
         ("train.lr_warmup_ratio=1.0", r"train.lr_warmup_ratio must lie in \[0, 1\)"),
         ("train.val_temperature=-1", "train.val_temperature must be >= 0"),
-        ("train.mask_truncated=true", "verl 0.9.1 has no option that masks truncated completions"),
     ],
 )
 def test_bad_schedule_temperature_and_masking_say_why(override, match, tmp_path):

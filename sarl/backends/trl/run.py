@@ -186,7 +186,8 @@ def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "output_dir": str(run_dir / OUTPUT_SUBDIR),
         "learning_rate": float(t.actor_lr),
         "num_train_epochs": float(t.total_epochs),
-        "max_steps": int(b.max_steps) if b.max_steps else -1,
+        # backend.max_steps (a TRL-only cap, smoke runs), else train.total_training_steps, else the epochs
+        "max_steps": int(b.max_steps or t.get("total_training_steps") or -1),
         "save_strategy": "steps",
         "save_steps": int(t.save_freq),
         "save_total_limit": b.save_total_limit,

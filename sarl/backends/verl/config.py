@@ -112,6 +112,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "reward.num_workers": 0 if group_reward else b.reward_num_workers,
         "trainer.critic_warmup": t.critic_warmup,
         "trainer.total_epochs": t.total_epochs,
+        "trainer.total_training_steps": t.get("total_training_steps"),
         "trainer.save_freq": t.save_freq,
         "trainer.test_freq": t.test_freq,
         "trainer.nnodes": t.nnodes,
@@ -150,13 +151,8 @@ def _check_schedule_and_masking(t: DictConfig) -> None:
         raise ValueError(f"train.lr_warmup_ratio must lie in [0, 1), got {t.lr_warmup_ratio}")
     if t.val_temperature < 0:
         raise ValueError(f"train.val_temperature must be >= 0 (0 = greedy), got {t.val_temperature}")
-    if t.mask_truncated:
-        raise ValueError(
-            "train.mask_truncated=true: verl 0.9.1 has no option that masks truncated completions out of the reward "
-            "and the gradient (its only length knobs are data.filter_overlong_prompts, for prompts, and the DAPO "
-            "reward manager's overlong_buffer, a length penalty); run with backend=trl, whose GRPOTrainer has "
-            "mask_truncated_completions, or set train.mask_truncated=false"
-        )
+    # train.mask_truncated: verl 0.9.1 has no option for it; our trainer leaves truncated sessions out
+    # (sarl.backends.verl.trainer.SarlTrainer._with_truncated), read from trainer.v1.sarl.mask_truncated
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -209,7 +205,11 @@ def build_verl_config(
         base.reward.custom_reward_function.reward_kwargs = {"reward": reward_cfg}
     with read_write(base.trainer.v1), open_dict(base.trainer.v1):
         # read by sarl.backends.verl.trainer.SarlTrainer: votes per prompt, seed of the trained subset
-        base.trainer.v1[TRAINER_NAME] = {"n_votes": cfg.train.rollout_n, "seed": cfg.seed}
+        base.trainer.v1[TRAINER_NAME] = {
+            "n_votes": cfg.train.rollout_n,
+            "seed": cfg.seed,
+            "mask_truncated": bool(cfg.train.mask_truncated),  # SarlTrainer._with_truncated
+        }
     if env_vars:
         runtime_env = base.ray_kwargs.ray_init.runtime_env
         with read_write(runtime_env), open_dict(runtime_env):

@@ -106,6 +106,12 @@ def left_out_sessions(failed: dict[Session, bool], min_usable: int) -> tuple[set
     return {s for s, bad in failed.items() if bad or s[0] in dropped}, len(dropped)
 
 
+def is_truncated(response: Sequence[int], cap: int, eos_ids: set[int]) -> bool:
+    """A response cut by the length cap: it has `cap` tokens (verl's data.max_response_length) and does not end
+    in an end-of-sequence token (one that ends exactly at the cap is complete)."""
+    return len(response) >= cap and (len(response) == 0 or int(response[-1]) not in eos_ids)
+
+
 def jagged_scores(scores: Sequence[float], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
     """verl's `rm_scores` layout (agent_loop.py:144-148): per response a zero vector of its length
     with the score on the last token, as a jagged nested tensor; and the number of empty responses,
@@ -190,6 +196,7 @@ class SarlTrainer(PPOTrainerSync):
         # verl's base class branches on trainer_mode == "sync" (replay buffer, checkpoints, refill:
         # trainer_base.py:153, 731, 902, 912, 1004, 1499); the registered name only picks this class.
         config.trainer.v1.trainer_mode = "sync"
+        self.mask_truncated = bool(config.trainer.v1.get(TRAINER_NAME, {}).get("mask_truncated", False))
         super().__init__(config)
         self.reward = reward_from_config(reward_cfg) if self.group_reward else None
 
@@ -287,6 +294,7 @@ class SarlTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["extra_fields"])
         infos = [e.get("reward_extra_info") if isinstance(e, dict) else None for e in column(data, "extra_fields")]
         failed = {s: bool((info or {}).get(FAILED_KEY)) for s, info in zip(sessions, infos, strict=True)}
+        failed = self._with_truncated(batch, sessions, failed, metrics)
         min_usable = 1 if self.config.algorithm.adv_estimator == "gae" else 2
         left_out, n_dropped = left_out_sessions(failed, min_usable)
         metrics.update({"reward/left_out": float(len(left_out)), "reward/groups_dropped": float(n_dropped)})
@@ -302,6 +310,27 @@ class SarlTrainer(PPOTrainerSync):
         log.warning("leaving %d of %d sessions out of training (failed rewards)", len(left_out), len(sessions))
         tq.kv_clear(keys=sorted(gone), partition_id=batch.partition_id)
         return batch.select_keys([k for k in batch.keys if k not in gone])
+
+    def _with_truncated(
+        self, batch: KVBatchMeta, sessions: dict[Session, list[int]], failed: dict[Session, bool], metrics: dict
+    ) -> dict[Session, bool]:
+        """`train.mask_truncated` (Structured Reasoning App. A.4.4 "Truncation Robustness": "we mask the truncated
+        completions to disregard their reward values and gradient updates"): a session whose final response hit
+        data.max_response_length (`is_truncated`) is left out like a failed reward, before the advantage, so it
+        is neither in its group's baseline nor in the loss nor in the logged reward; counted as
+        `response/truncated_left_out`."""
+        if not self.mask_truncated:
+            return failed
+        final = [batch.keys[rows[-1]] for rows in sessions.values()]
+        data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["responses"])
+        cap = int(self.config.data.max_response_length)
+        eos = self.tokenizer.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        cut = {
+            s: is_truncated(r.tolist(), cap, eos_ids) for s, r in zip(sessions, data["responses"].unbind(), strict=True)
+        }
+        metrics["response/truncated_left_out"] = float(sum(cut.values()))
+        return {s: bad or cut[s] for s, bad in failed.items()}
 
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)

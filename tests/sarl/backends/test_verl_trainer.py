@@ -24,6 +24,7 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTaskRunner,
     SarlTrainer,
     group_sessions,
+    is_truncated,
     jagged_scores,
     left_out_sessions,
     parse_key,
@@ -75,6 +76,13 @@ def test_failed_sessions_and_groups_without_two_usable_ones_are_left_out():
     assert out == {("p", 1), ("q", 0), ("q", 1), ("r", 0)} and dropped == 2  # q has one usable, r one session
     out, dropped = left_out_sessions(failed, min_usable=1)  # GAE: no group baseline, only failures go
     assert out == {("p", 1), ("q", 0)} and dropped == 0
+
+
+def test_a_response_is_truncated_when_it_reaches_the_cap_without_an_end_token():
+    assert is_truncated([5, 6, 7], cap=3, eos_ids={9})
+    assert not is_truncated([5, 6, 9], cap=3, eos_ids={9})  # ends exactly at the cap: complete
+    assert not is_truncated([5, 6], cap=3, eos_ids={9})
+    assert is_truncated([5, 6, 7, 8], cap=3, eos_ids=set())
 
 
 def test_jagged_scores_put_the_score_on_the_last_token():
@@ -423,3 +431,44 @@ def test_the_trainer_module_registers_pasc_grpos_advantage_estimator():
     import sarl.backends.verl.trainer  # noqa: F401
 
     assert "scae" in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+@pytest.mark.slow
+def test_truncated_responses_are_left_out_of_reward_and_gradient_when_masking_is_on(
+    transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer, monkeypatch
+):
+    """train.mask_truncated (Structured Reasoning App. A.4.4): p1 loses its one cut response (the one that ends
+    in the end token at the cap is complete and stays), p2 keeps one usable of four and is dropped; with masking
+    off every response is trained on."""
+    cap, eos = 6, byte_tokenizer.eos_token_id
+    ids = {"cut": [5] * cap, "ended": [5] * (cap - 1) + [eos], "short": [5, 6], "question": [7, 8]}
+
+    def tokens(text, add_special_tokens=False):  # the token ids put_rollouts stores, chosen directly
+        return {"input_ids": ids[text]}
+
+    kinds = {("p1", 0): "cut", ("p1", 1): "short", ("p1", 2): "short", ("p1", 3): "ended"}
+    kinds.update({("p2", 0): "cut", ("p2", 1): "cut", ("p2", 2): "cut", ("p2", 3): "short"})
+    rollouts = [(u, s, "question", kind, "4") for (u, s), kind in kinds.items()]
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", lambda self, b, metrics, **kw: b)
+    for masked in (True, False):
+        config = verl_config(
+            tmp_path,
+            tiny_qwen3_dir,
+            "+exp=grpo_sarl_math",
+            f"train.mask_truncated={str(masked).lower()}",
+            f"train.max_response_length={cap}",
+        )
+        assert config.trainer.v1[TRAINER_NAME].mask_truncated is masked
+        trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+        trainer.tokenizer = byte_tokenizer
+        batch = put_rollouts(tokens, "train", rollouts)
+        put_reward_infos(batch, set())
+        metrics = {}
+        out = trainer._balance_batch(batch, metrics)
+        if masked:
+            assert sorted(out.keys) == ["p1_1_0", "p1_2_0", "p1_3_0"]
+            assert metrics["response/truncated_left_out"] == 4.0
+            assert metrics["reward/left_out"] == 5.0 and metrics["reward/groups_dropped"] == 1.0
+        else:
+            assert sorted(out.keys) == sorted(batch.keys) and "response/truncated_left_out" not in metrics
+        tq.kv_clear(keys=out.keys, partition_id="train")
