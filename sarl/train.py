@@ -368,6 +368,10 @@ def run(
         from sarl.pipeline import run_pipeline
 
         return run_pipeline(cfg, experiment, overrides or [], stage_overrides or {}, run_dir)
+    if not cfg.train.dry_run:
+        from sarl.format_preflight import check_format
+
+        check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])
     if cfg.algorithm.name == "sft":
