@@ -89,6 +89,7 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "train.min_lr_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v <= 1, "a number in [0, 1]"),
     "train.lr_warmup_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
     "train.mask_truncated": (lambda v: isinstance(v, bool), "true or false"),
+    "train.resample_tags": (lambda v: isinstance(v, bool), "true or false"),
     "train.max_failed_steps": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (or null: never stop)"),
     "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
     "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),

@@ -83,6 +83,9 @@ def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp,
     v = build_verl_config(cfg, reward_cfg, str(tmp_path), exp)
     assert v.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
     assert v.actor_rollout_ref.actor.optim.min_lr_ratio == 0.1
+    # App. A.4.4: weight decay 1e-4, truncated completions masked; App. A.4: tags redrawn per sampled prompt
+    assert v.actor_rollout_ref.actor.optim.weight_decay == 1e-4
+    assert v.trainer.v1.sarl.mask_truncated is True and v.trainer.v1.sarl.resample_tags is True
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ def test_structured_reasoning_rl_stage_has_the_papers_values(row, reward, tmp_pa
     assert d.train_batch_size * r.n // v.trainer.n_gpus_per_node == 6 and v.trainer.n_gpus_per_node == 4
     assert a.use_kl_loss and a.kl_loss_coef == 1e-3 and v.algorithm.adv_estimator == "grpo"
     assert v.trainer.total_training_steps == 500 and v.trainer.v1.sarl.mask_truncated is True
+    assert v.trainer.v1.sarl.resample_tags is True  # App. A.4 "Tag Randomization for Robustness"
     assert v.actor_rollout_ref.model.enable_gradient_checkpointing is True
     # the 7B row: model=r1_distill_qwen_7b with lr 1e-6 ("1e-6 for 7B")
     cfg7, _ = compose_train_config([f"+exp={row}", "model=r1_distill_qwen_7b", "train.actor_lr=1.0e-6"])

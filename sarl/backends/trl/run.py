@@ -399,6 +399,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
                 train_dataset=prompt_dataset(cfg, tokenizer),
                 processing_class=tokenizer,
                 callbacks=[recorder],
+                resample_tags_seed=int(cfg.seed) if cfg.train.resample_tags else None,
             )
         elif cfg.algorithm.name == "sft":
             from trl import SFTTrainer

@@ -209,6 +209,7 @@ def build_verl_config(
             "n_votes": cfg.train.rollout_n,
             "seed": cfg.seed,
             "mask_truncated": bool(cfg.train.mask_truncated),  # SarlTrainer._with_truncated
+            "resample_tags": bool(cfg.train.resample_tags),  # SarlTrainer._next_train_batch
         }
     if env_vars:
         runtime_env = base.ray_kwargs.ray_init.runtime_env

@@ -196,7 +196,9 @@ class SarlTrainer(PPOTrainerSync):
         # verl's base class branches on trainer_mode == "sync" (replay buffer, checkpoints, refill:
         # trainer_base.py:153, 731, 902, 912, 1004, 1499); the registered name only picks this class.
         config.trainer.v1.trainer_mode = "sync"
-        self.mask_truncated = bool(config.trainer.v1.get(TRAINER_NAME, {}).get("mask_truncated", False))
+        ours = config.trainer.v1.get(TRAINER_NAME, {})
+        self.mask_truncated = bool(ours.get("mask_truncated", False))
+        self.resample_tags_seed = int(ours.get("seed", 0)) if ours.get("resample_tags", False) else None
         super().__init__(config)
         self.reward = reward_from_config(reward_cfg) if self.group_reward else None
 
@@ -222,10 +224,33 @@ class SarlTrainer(PPOTrainerSync):
 
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
+        if self.resample_tags_seed is not None:
+            self._redraw_tags(batch)
         if self.group_reward:
             # the agent loop generates this many rollouts per prompt (agent_loop_tq.py:115)
             tu.assign_non_tensor_data(batch, "__rollout_n__", self.n_votes)
         return batch
+
+    def _redraw_tags(self, batch) -> None:  # noqa: ANN001 (verl's TensorDict)
+        """train.resample_tags (Structured Reasoning App. A.4): each sampled prompt's tag set redrawn from (seed,
+        row id, epoch) before generation (`raw_prompt`, what the agent loop renders), and `extra_info.user_prompt`
+        (what the rewards read) with it."""
+        from baselines.structured_prompt import draw_key, redraw_tags
+        from sarl.interface import USER_PROMPT_KEY
+
+        epoch = max(0, (int(self.global_steps) - 1) // max(1, int(getattr(self, "steps_per_epoch", 0) or 1)))
+        prompts, infos = column(batch, "raw_prompt"), column(batch, "extra_info")
+        new_prompts, new_infos = [], []
+        for messages, info in zip(prompts, infos, strict=True):
+            info = dict(info) if isinstance(info, dict) else {}
+            redrawn = redraw_tags(
+                list(messages), self.resample_tags_seed, draw_key(info.get("id", info.get("index")), epoch)
+            )
+            info[USER_PROMPT_KEY] = redrawn[-1]["content"]
+            new_prompts.append(redrawn)
+            new_infos.append(info)
+        tu.assign_non_tensor_stack(batch, "raw_prompt", new_prompts)
+        tu.assign_non_tensor_stack(batch, "extra_info", new_infos)
 
     def _compute_reward_colocate(self, batch: KVBatchMeta, metrics: dict | None = None) -> KVBatchMeta:
         """Score the sampled batch grouped by uid; on training batches log `reward/*` and keep

@@ -472,3 +472,57 @@ def test_truncated_responses_are_left_out_of_reward_and_gradient_when_masking_is
         else:
             assert sorted(out.keys) == sorted(batch.keys) and "response/truncated_left_out" not in metrics
         tq.kv_clear(keys=out.keys, partition_id="train")
+
+
+def tagged_rows(n):
+    from baselines.structured_prompt import structured_prompt
+
+    prompts = [[{"role": "user", "content": structured_prompt(f"question {i}")}] for i in range(n)]
+    infos = [{"index": i, "id": f"r{i}", "user_prompt": p[0]["content"]} for i, p in enumerate(prompts)]
+    return prompts, infos
+
+
+def test_tags_are_redrawn_per_sampled_prompt_seeded_by_row_and_epoch(tmp_path, tiny_qwen3_dir):
+    """train.resample_tags (Structured Reasoning App. A.4): the prompt the agent loop renders and the
+    user_prompt the rewards read carry the draw of (seed, row id, epoch)."""
+    from baselines.structured_prompt import TOP_TAGS, draw_key, question_of, randomized_prompt
+
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math", "train.resample_tags=true", "seed=3")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    assert trainer.resample_tags_seed == 3
+    prompts, infos = tagged_rows(2)
+    trainer.steps_per_epoch = 2
+    trainer.config.data.train_batch_size = 2
+    seen = {}
+    for step in (1, 2, 3):
+        trainer.global_steps = step
+        trainer.train_dataloader = [{"raw_prompt": np.array(prompts, dtype=object), "extra_info": np.array(infos)}]
+        trainer.train_dataloader_it = None
+        batch = trainer._next_train_batch()
+        got = [m[0]["content"] for m in list(batch["raw_prompt"])]
+        epoch = (step - 1) // 2
+        assert got == [randomized_prompt(f"question {i}", seed=3, key=draw_key(f"r{i}", epoch)) for i in range(2)]
+        assert [e["user_prompt"] for e in list(batch["extra_info"])] == got
+        assert all(
+            question_of(g) == f"question {i}" and all(f"<{t}>" in g for t in TOP_TAGS) for i, g in enumerate(got)
+        )
+        seen[step] = got
+    assert seen[1] == seen[2] and seen[3] != seen[1]  # one draw per epoch
+    off = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math")
+    assert off.trainer.v1[TRAINER_NAME].resample_tags is False
+
+
+def test_trl_redraws_the_tags_of_a_generation_batch_per_epoch():
+    import json
+    from types import SimpleNamespace
+
+    from baselines.structured_prompt import draw_key, randomized_prompt
+    from sarl.backends.trl.trainer import SarlGRPOTrainer
+
+    prompts, infos = tagged_rows(2)
+    rows = [{"prompt": p, "extra_info_json": json.dumps(e)} for p, e in zip(prompts, infos) for _ in range(3)]
+    fake = SimpleNamespace(state=SimpleNamespace(epoch=1.4), resample_tags_seed=5)
+    out = SarlGRPOTrainer._with_redrawn_tags(fake, rows)
+    want = [randomized_prompt(f"question {i}", seed=5, key=draw_key(f"r{i}", 1)) for i in range(2)]
+    assert [r["prompt"][0]["content"] for r in out] == [want[0]] * 3 + [want[1]] * 3  # a group shares its prompt
+    assert [json.loads(r["extra_info_json"])["user_prompt"] for r in out] == [want[0]] * 3 + [want[1]] * 3
