@@ -31,6 +31,7 @@ VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
 SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
 SFT_DATA_FILE = "sft_data/train.parquet"
 CHECKPOINT_SUBDIR = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
 
 
 def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any]:
@@ -73,7 +74,8 @@ def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str,
         "trainer.experiment_name": experiment,
         "trainer.total_epochs": t.total_epochs,
         "trainer.total_training_steps": t.get("total_training_steps"),
-        "trainer.logger": ["console", *[x for x in cfg.logger.backends if x != "console"]],
+        # verl's file logger writes metrics.jsonl ({"step", "data"} per line; VERL_FILE_LOGGER_PATH, run_verl_sft)
+        "trainer.logger": ["console", "file", *[x for x in cfg.logger.backends if x not in ("console", "file")]],
         "trainer.seed": cfg.seed,
         "trainer.save_freq": t.save_freq,
         "trainer.test_freq": -1,
@@ -170,6 +172,18 @@ def sft_launch_command(cfg: DictConfig, run_dir: Path) -> list[str]:
     ]
 
 
+def keep_earlier_metrics(run_dir: Path) -> Path:
+    """`<run_dir>/metrics.jsonl` for verl's file logger, which truncates the file it opens: a resumed run's
+    earlier metrics are first moved to `metrics.<k>.jsonl` (k = 1, 2, ...), so no step's record is lost."""
+    path = run_dir / METRICS_FILE
+    if path.exists() and path.stat().st_size:
+        k = 1
+        while (run_dir / f"metrics.{k}.jsonl").exists():
+            k += 1
+        path.rename(run_dir / f"metrics.{k}.jsonl")
+    return path
+
+
 def final_hf_checkpoint(run_dir: Path) -> Path | None:
     """`checkpoints/global_step_N/huggingface` of the highest N that has model weights, else None."""
     ckpt = run_dir / CHECKPOINT_SUBDIR
@@ -202,6 +216,7 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
         sys.stderr.write(shlex.join(cmd) + "\n")
         return 0
     meta, env = run_record(cfg, choices, experiment, run_dir)  # env: W&B offline without a key, stable run id
+    env["VERL_FILE_LOGGER_PATH"] = str(keep_earlier_metrics(run_dir))
     write_sft_parquet(cfg, run_dir)
     (run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(config))
     if "wandb" in cfg.logger.backends:

@@ -97,3 +97,19 @@ def test_pipeline_dry_run_prints_each_stage_with_the_planned_checkpoint(tmp_path
     assert [d["trainer"] for d in docs] == ["SFTTrainer", "GRPOTrainer"]
     assert docs[1]["model"] == str(run_dir / "sft" / "final")
     assert not run_dir.exists()
+
+
+def test_a_stage_is_finished_only_with_its_marker_and_its_checkpoint(tmp_path):
+    from sarl.pipeline import final_checkpoint, mark_done
+
+    verl_rl, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    assert final_checkpoint(verl_rl, tmp_path) is None
+    actor = tmp_path / "checkpoints" / "global_step_7" / "actor"
+    actor.mkdir(parents=True)
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("7\n")
+    assert final_checkpoint(verl_rl, tmp_path) == actor  # verl's latest step
+    assert finished(tmp_path) is None  # no marker yet
+    mark_done(tmp_path, "rl", actor)
+    assert finished(tmp_path) == actor
+    actor.rmdir()
+    assert finished(tmp_path) is None  # the marker names a checkpoint that is gone

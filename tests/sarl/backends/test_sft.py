@@ -191,6 +191,7 @@ def test_verl_sft_config_passes_verls_schema_and_its_dataset_masks_the_prompt(tm
     assert v.optim.lr == 1e-5 and v.optim.weight_decay == 1e-4 and v.optim.lr_scheduler_type == "cosine"
     assert v.trainer.total_epochs == 2 and v.data.train_batch_size == 2 and v.data.micro_batch_size_per_gpu == 2
     assert v.data.max_length == 128 + 8192 and v.data.pad_mode == "no_padding"
+    assert list(v.trainer.logger) == ["console", "file"]  # logger=none; file: metrics.jsonl
     assert "hf_model" in v.checkpoint.save_contents and v.trainer.default_local_dir == f"{tmp_path}/checkpoints"
     parquet = write_sft_parquet(cfg, tmp_path)
     assert str(parquet) == v.data.train_files
@@ -251,3 +252,14 @@ def test_final_hf_checkpoint_is_the_last_step_with_weights(tmp_path):
         if weights:
             (hf / "model.safetensors").write_bytes(b"x")
     assert final_hf_checkpoint(tmp_path) == tmp_path / "checkpoints" / "global_step_10" / "huggingface"
+
+
+def test_a_resumed_verl_sft_run_keeps_its_earlier_metrics(tmp_path):
+    from sarl.backends.verl.sft import keep_earlier_metrics
+
+    assert keep_earlier_metrics(tmp_path) == tmp_path / "metrics.jsonl"
+    for first in ("a", "b"):
+        (tmp_path / "metrics.jsonl").write_text(first + "\n")
+        keep_earlier_metrics(tmp_path)
+    assert (tmp_path / "metrics.1.jsonl").read_text() == "a\n" and (tmp_path / "metrics.2.jsonl").read_text() == "b\n"
+    assert not (tmp_path / "metrics.jsonl").exists()
