@@ -188,8 +188,8 @@ def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "num_train_epochs": float(t.total_epochs),
         # backend.max_steps (a TRL-only cap, smoke runs), else train.total_training_steps, else the epochs
         "max_steps": int(b.max_steps or t.get("total_training_steps") or -1),
-        "save_strategy": "steps",
-        "save_steps": int(t.save_freq),
+        "save_strategy": "steps" if int(t.save_freq) > 0 else "no",  # train.save_freq=-1: the final model only
+        "save_steps": max(1, int(t.save_freq)),
         "save_total_limit": b.save_total_limit,
         "logging_steps": 1,
         "report_to": "none",  # sarl.backends.trl.metrics logs to W&B and metrics.jsonl itself

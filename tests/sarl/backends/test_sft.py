@@ -136,6 +136,11 @@ def test_trl_sft_arguments_map_the_train_keys(tmp_path):
     assert args.completion_only_loss is True and args.packing is True
     assert args.max_length == 128 + 192  # train.max_prompt_length + data.max_response_length
     assert args.weight_decay == 1e-4 and args.lr_scheduler_type == "cosine_with_min_lr"
+    assert args.save_strategy == "steps"
+    cfg, _ = compose_train_config(
+        ["+exp=smoke", "algorithm=sft", "data=sft_smoke", "train.save_freq=-1", "train.micro_batch_size_per_gpu=4"]
+    )
+    assert sft_args(cfg, tmp_path).save_strategy == "no"  # the final model only
     cfg, _ = compose_train_config(
         [
             "+exp=smoke",
