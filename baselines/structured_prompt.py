@@ -105,6 +105,38 @@ def randomized_prompt(question: str, seed: int, key: str, top: Sequence[str] = T
     return structured_prompt(question, randomized_tags(rng, top, max_extra))
 
 
+_PROMPT_HEAD = "Please use the following tags at the beginning of each sentence in your reasoning: "
+_PROMPT_TAIL = "\nPlease reason step by step, and put your final answer within \\boxed{ }."
+
+
+def question_of(prompt: str) -> str:
+    """The question of a prompt written by `structured_prompt` (its inverse); ValueError for any other text."""
+    first, sep, rest = prompt.partition(".\n")
+    if not (first.startswith(_PROMPT_HEAD) and sep and rest.endswith(_PROMPT_TAIL)):
+        raise ValueError(
+            "not a Structured Reasoning tagged-step prompt (baselines.structured_prompt.structured_prompt)"
+        )
+    return rest[: -len(_PROMPT_TAIL)]
+
+
+def redraw_tags(messages: Sequence[dict], seed: int, key: str) -> list[dict]:
+    """Training-time tag randomisation (seed 004 App. A.4 "Tag Randomization for Robustness": "for each
+    question, we retain the top 5 tags and randomly sample 0-5 additional tags ..., shuffling their order"):
+    the chat messages with the last user message's tagged prompt redrawn from (seed, key). The key names the
+    question and the draw (row id and epoch), so each sampling of a prompt gets its own tag set, reproducibly."""
+    out = [dict(m) for m in messages]
+    last = max((i for i, m in enumerate(out) if m.get("role") == "user"), default=None)
+    if last is None:
+        raise ValueError("no user message to redraw the tags of")
+    out[last]["content"] = randomized_prompt(question_of(str(out[last]["content"])), seed=seed, key=key)
+    return out
+
+
+def draw_key(row_id: object, epoch: int) -> str:
+    """The key of one training-time draw: the row's id and the epoch it is sampled in."""
+    return f"{row_id}@epoch{int(epoch)}"
+
+
 @dataclass
 class Step:
     """One reasoning step: its tag (None if untagged), its text without tag markup, and its character span

@@ -67,6 +67,11 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
             f"data={choices.get('data')} is an evaluation benchmark (role: eval), not a training set; "
             "train on aime_1983_2024 or openrubrics_v2 and evaluate with `python -m eval.run`"
         )
+    if (algorithm == "sft") != (cfg.data.get("role") == "sft"):
+        raise UserError(
+            f"algorithm={algorithm} with data={choices.get('data')}: SFT trains on an SFT data group (data=sft_*, "
+            "with sft_files) and every other algorithm on prompts; pick matching groups"
+        )
     if backend == "trl":
         from sarl.backends.trl.run import unsupported
 
@@ -75,8 +80,8 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
             raise UnsupportedOnBackend(why)
     if backend == "verl" and algorithm == "dpo":
         raise UnsupportedOnBackend("algorithm=dpo is not a verl trainer: run it with backend=trl (TRL's DPOTrainer)")
-    if algorithm == "dpo":
-        return  # DPO learns from preference pairs; the reward group is not used
+    if algorithm in ("dpo", "sft"):
+        return  # DPO learns from preference pairs, SFT from traces; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
         reward_class(target)  # importable, and a reward (sarl.interface.Reward)
@@ -106,16 +111,39 @@ def launch_command(run_dir: Path, entry_module: str) -> list[str]:
     ]
 
 
-def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
+def run(
+    cfg: DictConfig,
+    choices: dict[str, Any],
+    overrides: list[str] | None = None,
+    stage_overrides: dict[str, list[str]] | None = None,
+) -> int:
+    """One training run, or the stages of an exp file's `pipeline` in order (sarl.pipeline)."""
     experiment = experiment_name(choices)
-    check_supported(cfg, choices)
+    pipeline = cfg.get("pipeline")
+    if not pipeline:
+        if stage_overrides:
+            raise UserError(f"STAGE:key=value overrides ({', '.join(stage_overrides)}) need an exp with a pipeline")
+        check_supported(cfg, choices)
     if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (sarl/launch/)
         from sarl.launch.slurm import dispatch, train_argv
 
-        return dispatch("sarl.train", train_argv(overrides or [], cfg), cfg.launcher)
+        staged = [f"{k}:{o}" for k, items in (stage_overrides or {}).items() for o in items]
+        return dispatch("sarl.train", train_argv([*(overrides or []), *staged], cfg), cfg.launcher)
     run_dir = resolve_run_dir(cfg, experiment)
+    if pipeline:
+        from sarl.pipeline import run_pipeline
+
+        return run_pipeline(cfg, experiment, overrides or [], stage_overrides or {}, run_dir, run_stage=run)
+    if not cfg.train.dry_run:
+        from sarl.format_preflight import check_format
+
+        check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])
+    if cfg.algorithm.name == "sft":
+        from sarl.backends.verl.sft import run_verl_sft
+
+        return run_verl_sft(cfg, choices, experiment, run_dir)
     return run_verl(cfg, choices, experiment, run_dir)
 
 
@@ -179,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     from sarl.signals import Terminated, signals_as_exceptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
-    overrides = list(sys.argv[1:] if argv is None else argv)
+    from sarl.pipeline import split_stage_overrides
+
+    overrides, stage_overrides = split_stage_overrides(list(sys.argv[1:] if argv is None else argv))
     try:
         cfg, choices = compose_user_config(overrides)
     except UserError as err:
@@ -189,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with signals_as_exceptions():
-            return run(cfg, choices, overrides)
+            return run(cfg, choices, overrides, stage_overrides)
     except (UnsupportedOnBackend, UserError) as err:
         log.error("%s", err)
         return 2

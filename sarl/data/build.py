@@ -171,7 +171,7 @@ def record(
 
 def trl_record(rec: Mapping[str, Any]) -> dict[str, Any]:
     """The TRL JSONL line of a record: prompt, ground_truth (None for open-ended sets), data_source, extra_info."""
-    truth = rec["reward_model"]["ground_truth"] if rec["ability"] == "math" else None
+    truth = rec["reward_model"]["ground_truth"] if rec["reward_model"]["style"] != "none" else None
     return {
         "prompt": rec["prompt"],
         "ground_truth": truth,
@@ -460,7 +460,43 @@ def build_wildbench(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: S
     return Built(splits={split: records}, dropped=problems)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Problems with a reference that is not a math-verify answer: S1K (reference solution, the source of
+# Structured Reasoning's SFT traces), KodCode-Light-RL-10K (unit tests, GRP App. E.2)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def build_problems(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps, drop_invalid: bool) -> Built:
+    """prompt = question + `prompt_suffix`; `reward_model` = {"style": `reference_style`, "ground_truth": the
+    `fields.answer` column as text} (a reference solution or unit tests, kept verbatim, not parsed as a math
+    answer); `ability` from the config. A row without id, question or reference is unusable (settle)."""
+    name, split, fields = cfg["name"], cfg["split"], cfg["fields"]
+    ability, style = str(cfg.get("ability") or "math"), str(cfg.get("reference_style") or "reference")
+    suffix = cfg.get("prompt_suffix") or ""
+    check_fields(name, rows, fields)
+    ids = row_ids(name, rows, fields.get("id"))
+    problems, records = [], []
+    for index, (row, rid) in enumerate(zip(rows, ids)):
+        question, reference = _text(row.get(fields["question"])), _text(_plain(row.get(fields["answer"])))
+        if rid is None:
+            problems.append(problem(rid, index, f"no id in field {fields['id']!r}"))
+        elif question is None:
+            problems.append(problem(rid, index, f"no question in field {fields['question']!r}"))
+        elif reference is None:
+            problems.append(problem(rid, index, f"no reference in field {fields['answer']!r}"))
+        else:
+            prompt = [{"role": "user", "content": question.strip() + suffix}]
+            info = {"index": index, "id": rid, **extras(row, fields)}
+            rec = record(name, split, ability, prompt, reference, info)
+            rec["reward_model"]["style"] = style
+            records.append(rec)
+    steps("id, question and reference present", len(records))
+    settle(name, problems, drop_invalid)
+    return Built(splits={split: records}, dropped=problems)
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, Any], list[dict[str, Any]], Steps, bool], Built]] = {
+    "problems": build_problems,
     "math": build_math,
     "openrubrics": build_openrubrics,
     "wildbench": build_wildbench,

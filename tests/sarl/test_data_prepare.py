@@ -27,6 +27,10 @@ FIXTURE_FILES = {
     "minerva_math": "minerva_math.jsonl",
     "wildbench_v2": "wildbench_v2.json",
     "openrubrics_v2": "openrubrics_v2.jsonl",
+    "deepscaler": "deepscaler.jsonl",
+    "deepscaler_structured": "deepscaler.jsonl",
+    "s1k": "s1k.jsonl",
+    "kodcode_light_rl_10k": "kodcode_light_rl_10k.jsonl",
 }
 
 
@@ -376,7 +380,7 @@ def test_every_data_file_is_a_dataset_option_and_a_wrong_name_lists_them():
     assert set(names) == set(FIXTURE_FILES)  # every buildable set has a fixture test
     for name in names:
         cfg = compose_prepare_config([f"dataset={name}"])
-        assert cfg.name == name and cfg.builder in {"math", "openrubrics", "wildbench"}
+        assert cfg.name == name and cfg.builder in {"math", "openrubrics", "wildbench", "problems"}
         assert cfg.expected_count > 0 and cfg.split in {"train", "test"}
     with pytest.raises(MissingConfigException, match="aime25"):
         compose_prepare_config(["dataset=aime24"])

@@ -83,6 +83,9 @@ def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp,
     v = build_verl_config(cfg, reward_cfg, str(tmp_path), exp)
     assert v.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
     assert v.actor_rollout_ref.actor.optim.min_lr_ratio == 0.1
+    # App. A.4.4: weight decay 1e-4, truncated completions masked; App. A.4: tags redrawn per sampled prompt
+    assert v.actor_rollout_ref.actor.optim.weight_decay == 1e-4
+    assert v.trainer.v1.sarl.mask_truncated is True and v.trainer.v1.sarl.resample_tags is True
 
 
 @pytest.mark.parametrize(
@@ -93,7 +96,6 @@ def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp,
         ("train.min_lr_ratio=1.5", r"train.min_lr_ratio must lie in \[0, 1\]"),
         ("train.lr_warmup_ratio=1.0", r"train.lr_warmup_ratio must lie in \[0, 1\)"),
         ("train.val_temperature=-1", "train.val_temperature must be >= 0"),
-        ("train.mask_truncated=true", "verl 0.9.1 has no option that masks truncated completions"),
     ],
 )
 def test_bad_schedule_temperature_and_masking_say_why(override, match, tmp_path):

@@ -1,4 +1,5 @@
-"""backend=trl: GRPO (TRL's GRPOTrainer) and DPO (TRL's DPOTrainer) on a CPU or one GPU.
+"""backend=trl: GRPO (TRL's GRPOTrainer), DPO (TRL's DPOTrainer) and SFT (TRL's SFTTrainer,
+sarl.backends.trl.sft) on a CPU or one GPU.
 
 The same conf/ groups as verl: `train.*` (SARL Tables 6-7 names) are mapped onto TRL's
 arguments here, the reward object comes from `conf/reward/*` unchanged, and the run writes
@@ -44,8 +45,8 @@ def unsupported(cfg: DictConfig) -> str | None:
             "algorithm=ppo runs on backend=verl: TRL's PPO needs a reward *model* (an nn.Module scoring token "
             "sequences), not a reward function such as the structure reward; use backend=verl for the PPO rows"
         )
-    if algorithm not in ("grpo", "dpo"):
-        return f"algorithm={algorithm} has no TRL trainer here (grpo and dpo do)"
+    if algorithm not in ("grpo", "dpo", "sft"):
+        return f"algorithm={algorithm} has no TRL trainer here (grpo, dpo and sft do)"
     if algorithm == "grpo" and int(cfg.train.n_trained) != int(cfg.train.rollout_n):
         return (
             f"train.n_trained={cfg.train.n_trained} < train.rollout_n={cfg.train.rollout_n} (vote on more rollouts "
@@ -185,9 +186,10 @@ def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "output_dir": str(run_dir / OUTPUT_SUBDIR),
         "learning_rate": float(t.actor_lr),
         "num_train_epochs": float(t.total_epochs),
-        "max_steps": int(b.max_steps) if b.max_steps else -1,
-        "save_strategy": "steps",
-        "save_steps": int(t.save_freq),
+        # backend.max_steps (a TRL-only cap, smoke runs), else train.total_training_steps, else the epochs
+        "max_steps": int(b.max_steps or t.get("total_training_steps") or -1),
+        "save_strategy": "steps" if int(t.save_freq) > 0 else "no",  # train.save_freq=-1: the final model only
+        "save_steps": max(1, int(t.save_freq)),
         "save_total_limit": b.save_total_limit,
         "logging_steps": 1,
         "report_to": "none",  # sarl.backends.trl.metrics logs to W&B and metrics.jsonl itself
@@ -201,7 +203,7 @@ def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "lr_scheduler_type": "cosine_with_min_lr" if t.lr_schedule == "cosine" else "constant",
         "lr_scheduler_kwargs": {"min_lr_rate": float(t.min_lr_ratio)} if t.lr_schedule == "cosine" else {},
         "warmup_steps": float(t.lr_warmup_ratio),  # transformers 5: a float below 1 is a share of the steps
-        "weight_decay": float(b.weight_decay),
+        "weight_decay": float(t.weight_decay),  # AdamW's decoupled weight decay (verl's optim.weight_decay)
         "max_grad_norm": float(b.max_grad_norm),
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": _has_cuda(),
@@ -254,7 +256,15 @@ def dpo_args(cfg: DictConfig, run_dir: Path):
 
 
 def trainer_args(cfg: DictConfig, run_dir: Path):
+    if cfg.algorithm.name == "sft":
+        from sarl.backends.trl.sft import sft_args
+
+        return sft_args(cfg, run_dir)
     return grpo_args(cfg, run_dir) if cfg.algorithm.name == "grpo" else dpo_args(cfg, run_dir)
+
+
+TRAINERS = {"grpo": "GRPOTrainer", "dpo": "DPOTrainer", "sft": "SFTTrainer"}
+TRAIN_FILE_KEYS = {"grpo": "trl_train_files", "dpo": "dpo_files", "sft": "sft_files"}
 
 
 def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -263,9 +273,9 @@ def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     keys = sorted(k for k in vars(type(args)).get("__dataclass_fields__", {}) if not k.startswith("_"))
     values = {k: getattr(args, k) for k in keys}
     return {
-        "trainer": "GRPOTrainer" if cfg.algorithm.name == "grpo" else "DPOTrainer",
+        "trainer": TRAINERS[cfg.algorithm.name],
         "model": cfg.model.path or {"build": OmegaConf.to_container(cfg.model.build, resolve=True)},
-        "train_file": str(cfg.data.trl_train_files if cfg.algorithm.name == "grpo" else cfg.data.dpo_files),
+        "train_file": str(cfg.data.get(TRAIN_FILE_KEYS[cfg.algorithm.name])),
         "reward": OmegaConf.to_container(cfg.reward, resolve=True) if cfg.algorithm.name == "grpo" else None,
         "args": json.loads(json.dumps(values, default=str)),
     }
@@ -404,6 +414,19 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
                 reward_funcs=[reward],
                 args=args,
                 train_dataset=prompt_dataset(cfg, tokenizer),
+                processing_class=tokenizer,
+                callbacks=[recorder],
+                resample_tags_seed=int(cfg.seed) if cfg.train.resample_tags else None,
+            )
+        elif cfg.algorithm.name == "sft":
+            from trl import SFTTrainer
+
+            from sarl.backends.trl.sft import sft_dataset
+
+            trainer = SFTTrainer(
+                model=model,
+                args=args,
+                train_dataset=sft_dataset(cfg, tokenizer),
                 processing_class=tokenizer,
                 callbacks=[recorder],
             )

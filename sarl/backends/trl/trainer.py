@@ -26,9 +26,32 @@ MIN_USABLE_PER_GROUP = 2  # a group advantage needs a baseline: the response and
 class SarlGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose left-out completions (failed reward, or a group with < 2 usable ones) carry no loss."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, resample_tags_seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._left_out: torch.Tensor | None = None  # (generation batch of all processes,) bool, set per batch
+        self.resample_tags_seed = resample_tags_seed  # train.resample_tags: the seed of the draws, None: off
+
+    def _with_redrawn_tags(self, inputs: list[dict]) -> list[dict]:
+        """train.resample_tags (Structured Reasoning App. A.4): each prompt's tag set redrawn from (seed, row id,
+        epoch) when it is sampled; the copies of one prompt (its group) share the key, hence the prompt; the
+        reward's `user_prompt` follows."""
+        import json
+
+        from baselines.structured_prompt import draw_key, redraw_tags
+        from sarl.interface import USER_PROMPT_KEY
+
+        epoch = int(self.state.epoch or 0)
+        out = []
+        for row in inputs:
+            extra = json.loads(row["extra_info_json"])
+            messages = redraw_tags(
+                row["prompt"], self.resample_tags_seed, draw_key(extra.get("id", extra.get("index")), epoch)
+            )
+            extra[USER_PROMPT_KEY] = (
+                messages[-1]["content"] if messages[-1]["role"] == "user" else extra.get(USER_PROMPT_KEY)
+            )
+            out.append({**row, "prompt": messages, "extra_info_json": json.dumps(extra)})
+        return out
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001 (TRL's signature)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -45,6 +68,8 @@ class SarlGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):  # noqa: ANN001 (TRL's signature)
+        if self.resample_tags_seed is not None and self.model.training:
+            inputs = self._with_redrawn_tags(inputs)
         output = super()._generate_and_score_completions(inputs)
         n = output["completion_ids"].size(0)
         start = self.accelerator.process_index * n

@@ -77,6 +77,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "actor_rollout_ref.actor.optim.lr_scheduler_type": t.lr_schedule,
         "actor_rollout_ref.actor.optim.min_lr_ratio": t.min_lr_ratio,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": t.lr_warmup_ratio,
+        "actor_rollout_ref.actor.optim.weight_decay": t.weight_decay,
         "actor_rollout_ref.actor.ppo_mini_batch_size": t.ppo_mini_batch_size,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_dynamic_bsz": b.use_dynamic_bsz,
@@ -101,6 +102,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "critic.optim.lr_scheduler_type": t.lr_schedule,
         "critic.optim.min_lr_ratio": t.min_lr_ratio,
         "critic.optim.lr_warmup_steps_ratio": t.lr_warmup_ratio,
+        "critic.optim.weight_decay": t.weight_decay,
         "critic.model.path": cfg.model.path,
         "critic.model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
         "critic.model.enable_activation_offload": b.enable_activation_offload,
@@ -110,6 +112,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "reward.num_workers": 0 if group_reward else b.reward_num_workers,
         "trainer.critic_warmup": t.critic_warmup,
         "trainer.total_epochs": t.total_epochs,
+        "trainer.total_training_steps": t.get("total_training_steps"),
         "trainer.save_freq": t.save_freq,
         "trainer.test_freq": t.test_freq,
         "trainer.nnodes": t.nnodes,
@@ -148,13 +151,8 @@ def _check_schedule_and_masking(t: DictConfig) -> None:
         raise ValueError(f"train.lr_warmup_ratio must lie in [0, 1), got {t.lr_warmup_ratio}")
     if t.val_temperature < 0:
         raise ValueError(f"train.val_temperature must be >= 0 (0 = greedy), got {t.val_temperature}")
-    if t.mask_truncated:
-        raise ValueError(
-            "train.mask_truncated=true: verl 0.9.1 has no option that masks truncated completions out of the reward "
-            "and the gradient (its only length knobs are data.filter_overlong_prompts, for prompts, and the DAPO "
-            "reward manager's overlong_buffer, a length penalty); run with backend=trl, whose GRPOTrainer has "
-            "mask_truncated_completions, or set train.mask_truncated=false"
-        )
+    # train.mask_truncated: verl 0.9.1 has no option for it; our trainer leaves truncated sessions out
+    # (sarl.backends.verl.trainer.SarlTrainer._with_truncated), read from trainer.v1.sarl.mask_truncated
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -214,6 +212,8 @@ def build_verl_config(
             "seed": cfg.seed,
             "adv_estimator_register": cfg.algorithm.get("adv_estimator_register"),
             "max_failed_steps": cfg.train.get("max_failed_steps"),
+            "mask_truncated": bool(cfg.train.mask_truncated),  # SarlTrainer._with_truncated
+            "resample_tags": bool(cfg.train.resample_tags),  # SarlTrainer._next_train_batch
         }
     if env_vars:
         runtime_env = base.ray_kwargs.ray_init.runtime_env

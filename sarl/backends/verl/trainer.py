@@ -107,6 +107,12 @@ def left_out_sessions(failed: dict[Session, bool], min_usable: int) -> tuple[set
     return {s for s, bad in failed.items() if bad or s[0] in dropped}, len(dropped)
 
 
+def is_truncated(response: Sequence[int], cap: int, eos_ids: set[int]) -> bool:
+    """A response cut by the length cap: it has `cap` tokens (verl's data.max_response_length) and does not end
+    in an end-of-sequence token (one that ends exactly at the cap is complete)."""
+    return len(response) >= cap and (len(response) == 0 or int(response[-1]) not in eos_ids)
+
+
 def jagged_scores(scores: Sequence[float], lengths: Sequence[int]) -> tuple[torch.Tensor, int]:
     """verl's `rm_scores` layout (agent_loop.py:144-148): per response a zero vector of its length
     with the score on the last token, as a jagged nested tensor; and the number of empty responses,
@@ -216,6 +222,9 @@ class SarlTrainer(PPOTrainerSync):
         self.failed_streak = 0  # consecutive training batches with no usable reward
         self._skipped_keys: set[str] = set()  # keys of this step's batches that were not trained on
         register_adv_estimator(config)
+        ours = config.trainer.v1.get(TRAINER_NAME, {})
+        self.mask_truncated = bool(ours.get("mask_truncated", False))
+        self.resample_tags_seed = int(ours.get("seed", 0)) if ours.get("resample_tags", False) else None
         super().__init__(config)
         self.reward = reward_from_config(reward_cfg) if self.group_reward else None
 
@@ -241,10 +250,33 @@ class SarlTrainer(PPOTrainerSync):
 
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
+        if self.resample_tags_seed is not None:
+            self._redraw_tags(batch)
         if self.group_reward:
             # the agent loop generates this many rollouts per prompt (agent_loop_tq.py:115)
             tu.assign_non_tensor_data(batch, "__rollout_n__", self.n_votes)
         return batch
+
+    def _redraw_tags(self, batch) -> None:  # noqa: ANN001 (verl's TensorDict)
+        """train.resample_tags (Structured Reasoning App. A.4): each sampled prompt's tag set redrawn from (seed,
+        row id, epoch) before generation (`raw_prompt`, what the agent loop renders), and `extra_info.user_prompt`
+        (what the rewards read) with it."""
+        from baselines.structured_prompt import draw_key, redraw_tags
+        from sarl.interface import USER_PROMPT_KEY
+
+        epoch = max(0, (int(self.global_steps) - 1) // max(1, int(getattr(self, "steps_per_epoch", 0) or 1)))
+        prompts, infos = column(batch, "raw_prompt"), column(batch, "extra_info")
+        new_prompts, new_infos = [], []
+        for messages, info in zip(prompts, infos, strict=True):
+            info = dict(info) if isinstance(info, dict) else {}
+            redrawn = redraw_tags(
+                list(messages), self.resample_tags_seed, draw_key(info.get("id", info.get("index")), epoch)
+            )
+            info[USER_PROMPT_KEY] = redrawn[-1]["content"]
+            new_prompts.append(redrawn)
+            new_infos.append(info)
+        tu.assign_non_tensor_stack(batch, "raw_prompt", new_prompts)
+        tu.assign_non_tensor_stack(batch, "extra_info", new_infos)
 
     def _compute_reward_colocate(self, batch: KVBatchMeta, metrics: dict | None = None) -> KVBatchMeta:
         """Score the sampled batch grouped by uid; on training batches log `reward/*` and keep
@@ -313,6 +345,7 @@ class SarlTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["extra_fields"])
         infos = [e.get("reward_extra_info") if isinstance(e, dict) else None for e in column(data, "extra_fields")]
         failed = {s: bool((info or {}).get(FAILED_KEY)) for s, info in zip(sessions, infos, strict=True)}
+        failed = self._with_truncated(batch, sessions, failed, metrics)
         min_usable = 1 if self.config.algorithm.adv_estimator == "gae" else 2
         left_out, n_dropped = left_out_sessions(failed, min_usable)
         metrics.update({"reward/left_out": float(len(left_out)), "reward/groups_dropped": float(n_dropped)})
@@ -352,6 +385,27 @@ class SarlTrainer(PPOTrainerSync):
         except _NoUsableReward as skipped:  # no old/ref log-probs, advantages or updates for this batch
             self._skipped_keys.update(skipped.batch.keys)
             return skipped.batch
+
+    def _with_truncated(
+        self, batch: KVBatchMeta, sessions: dict[Session, list[int]], failed: dict[Session, bool], metrics: dict
+    ) -> dict[Session, bool]:
+        """`train.mask_truncated` (Structured Reasoning App. A.4.4 "Truncation Robustness": "we mask the truncated
+        completions to disregard their reward values and gradient updates"): a session whose final response hit
+        data.max_response_length (`is_truncated`) is left out like a failed reward, before the advantage, so it
+        is neither in its group's baseline nor in the loss nor in the logged reward; counted as
+        `response/truncated_left_out`."""
+        if not self.mask_truncated:
+            return failed
+        final = [batch.keys[rows[-1]] for rows in sessions.values()]
+        data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["responses"])
+        cap = int(self.config.data.max_response_length)
+        eos = self.tokenizer.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        cut = {
+            s: is_truncated(r.tolist(), cap, eos_ids) for s, r in zip(sessions, data["responses"].unbind(), strict=True)
+        }
+        metrics["response/truncated_left_out"] = float(sum(cut.values()))
+        return {s: bad or cut[s] for s, bad in failed.items()}
 
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
         skipped, self._skipped_keys = self._skipped_keys, set()

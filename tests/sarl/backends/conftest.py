@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[3]
+SFT_FIXTURE = REPO / "tests" / "fixtures" / "sft" / "tiny.jsonl"
+
 
 @pytest.fixture(scope="session")
 def policy_cache(tmp_path_factory):
@@ -18,3 +21,23 @@ def policy_cache(tmp_path_factory):
     info = json.loads((Path(path) / "policy.json").read_text())
     assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
     return cache
+
+
+@pytest.fixture(scope="session")
+def chat_policy_dir(tmp_path_factory):
+    """A tiny random Qwen3 with a chat-template tokenizer (the smoke policy's layout, no warm start)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
+
+    texts = [line for line in SFT_FIXTURE.read_text().splitlines()] + [
+        (REPO / "sarl/smoke/data/traces.jsonl").read_text()[:20000]
+    ]
+    tok = build_tokenizer(texts, vocab_size=400)
+    path = tmp_path_factory.mktemp("chat_policy")
+    torch.manual_seed(0)
+    config = qwen3_config(tok, hidden_size=64, intermediate_size=128, head_dim=32, num_hidden_layers=2)
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

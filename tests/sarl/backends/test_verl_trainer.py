@@ -24,6 +24,7 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTaskRunner,
     SarlTrainer,
     group_sessions,
+    is_truncated,
     jagged_scores,
     left_out_sessions,
     parse_key,
@@ -75,6 +76,13 @@ def test_failed_sessions_and_groups_without_two_usable_ones_are_left_out():
     assert out == {("p", 1), ("q", 0), ("q", 1), ("r", 0)} and dropped == 2  # q has one usable, r one session
     out, dropped = left_out_sessions(failed, min_usable=1)  # GAE: no group baseline, only failures go
     assert out == {("p", 1), ("q", 0)} and dropped == 0
+
+
+def test_a_response_is_truncated_when_it_reaches_the_cap_without_an_end_token():
+    assert is_truncated([5, 6, 7], cap=3, eos_ids={9})
+    assert not is_truncated([5, 6, 9], cap=3, eos_ids={9})  # ends exactly at the cap: complete
+    assert not is_truncated([5, 6], cap=3, eos_ids={9})
+    assert is_truncated([5, 6, 7, 8], cap=3, eos_ids=set())
 
 
 def test_jagged_scores_put_the_score_on_the_last_token():
@@ -550,3 +558,98 @@ def test_the_trainer_module_registers_pasc_grpos_advantage_estimator():
     import sarl.backends.verl.trainer  # noqa: F401
 
     assert "scae" in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+@pytest.mark.slow
+def test_truncated_responses_are_left_out_of_reward_and_gradient_when_masking_is_on(
+    transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer, monkeypatch
+):
+    """train.mask_truncated (Structured Reasoning App. A.4.4): p1 loses its one cut response (the one that ends
+    in the end token at the cap is complete and stays), p2 keeps one usable of four and is dropped; with masking
+    off every response is trained on."""
+    cap, eos = 6, byte_tokenizer.eos_token_id
+    ids = {"cut": [5] * cap, "ended": [5] * (cap - 1) + [eos], "short": [5, 6], "question": [7, 8]}
+
+    def tokens(text, add_special_tokens=False):  # the token ids put_rollouts stores, chosen directly
+        return {"input_ids": ids[text]}
+
+    kinds = {("p1", 0): "cut", ("p1", 1): "short", ("p1", 2): "short", ("p1", 3): "ended"}
+    kinds.update({("p2", 0): "cut", ("p2", 1): "cut", ("p2", 2): "cut", ("p2", 3): "short"})
+    rollouts = [(u, s, "question", kind, "4") for (u, s), kind in kinds.items()]
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", lambda self, b, metrics, **kw: b)
+    for masked in (True, False):
+        config = verl_config(
+            tmp_path,
+            tiny_qwen3_dir,
+            "+exp=grpo_sarl_math",
+            f"train.mask_truncated={str(masked).lower()}",
+            f"train.max_response_length={cap}",
+        )
+        assert config.trainer.v1[TRAINER_NAME].mask_truncated is masked
+        trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+        trainer.tokenizer = byte_tokenizer
+        batch = put_rollouts(tokens, "train", rollouts)
+        put_reward_infos(batch, set())
+        metrics = {}
+        out = trainer._balance_batch(batch, metrics)
+        if masked:
+            assert sorted(out.keys) == ["p1_1_0", "p1_2_0", "p1_3_0"]
+            assert metrics["response/truncated_left_out"] == 4.0
+            assert metrics["reward/left_out"] == 5.0 and metrics["reward/groups_dropped"] == 1.0
+        else:
+            assert sorted(out.keys) == sorted(batch.keys) and "response/truncated_left_out" not in metrics
+        tq.kv_clear(keys=out.keys, partition_id="train")
+
+
+def tagged_rows(n):
+    from baselines.structured_prompt import structured_prompt
+
+    prompts = [[{"role": "user", "content": structured_prompt(f"question {i}")}] for i in range(n)]
+    infos = [{"index": i, "id": f"r{i}", "user_prompt": p[0]["content"]} for i, p in enumerate(prompts)]
+    return prompts, infos
+
+
+def test_tags_are_redrawn_per_sampled_prompt_seeded_by_row_and_epoch(tmp_path, tiny_qwen3_dir):
+    """train.resample_tags (Structured Reasoning App. A.4): the prompt the agent loop renders and the
+    user_prompt the rewards read carry the draw of (seed, row id, epoch)."""
+    from baselines.structured_prompt import TOP_TAGS, draw_key, question_of, randomized_prompt
+
+    config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math", "train.resample_tags=true", "seed=3")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    assert trainer.resample_tags_seed == 3
+    prompts, infos = tagged_rows(2)
+    trainer.steps_per_epoch = 2
+    trainer.config.data.train_batch_size = 2
+    seen = {}
+    for step in (1, 2, 3):
+        trainer.global_steps = step
+        trainer.train_dataloader = [{"raw_prompt": np.array(prompts, dtype=object), "extra_info": np.array(infos)}]
+        trainer.train_dataloader_it = None
+        batch = trainer._next_train_batch()
+        got = [m[0]["content"] for m in list(batch["raw_prompt"])]
+        epoch = (step - 1) // 2
+        assert got == [randomized_prompt(f"question {i}", seed=3, key=draw_key(f"r{i}", epoch)) for i in range(2)]
+        assert [e["user_prompt"] for e in list(batch["extra_info"])] == got
+        assert all(
+            question_of(g) == f"question {i}" and all(f"<{t}>" in g for t in TOP_TAGS) for i, g in enumerate(got)
+        )
+        seen[step] = got
+    assert seen[1] == seen[2] and seen[3] != seen[1]  # one draw per epoch
+    off = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math")
+    assert off.trainer.v1[TRAINER_NAME].resample_tags is False
+
+
+def test_trl_redraws_the_tags_of_a_generation_batch_per_epoch():
+    import json
+    from types import SimpleNamespace
+
+    from baselines.structured_prompt import draw_key, randomized_prompt
+    from sarl.backends.trl.trainer import SarlGRPOTrainer
+
+    prompts, infos = tagged_rows(2)
+    rows = [{"prompt": p, "extra_info_json": json.dumps(e)} for p, e in zip(prompts, infos) for _ in range(3)]
+    fake = SimpleNamespace(state=SimpleNamespace(epoch=1.4), resample_tags_seed=5)
+    out = SarlGRPOTrainer._with_redrawn_tags(fake, rows)
+    want = [randomized_prompt(f"question {i}", seed=5, key=draw_key(f"r{i}", 1)) for i in range(2)]
+    assert [r["prompt"][0]["content"] for r in out] == [want[0]] * 3 + [want[1]] * 3  # a group shares its prompt
+    assert [json.loads(r["extra_info_json"])["user_prompt"] for r in out] == [want[0]] * 3 + [want[1]] * 3

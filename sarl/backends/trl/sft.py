@@ -1,0 +1,131 @@
+"""algorithm=sft on backend=trl: TRL's SFTTrainer on (prompt, completion) traces.
+
+The traces (`data.sft_files`, TRL jsonl) are read as conversational prompt-completion rows: a row
+{"prompt": [...], "completion": [...]} as it is, a row {"messages": [...]} split before its last
+message (the target, an assistant turn). TRL then tokenizes `prompt` with the generation prompt and
+`prompt + completion` as a whole, and its `completion_mask` marks the tokens after their common prefix:
+with `completion_only_loss=True` the labels of the prompt tokens are -100, so the cross-entropy is the
+mean over completion tokens only (GRP Sec. 3.1.3 and Structured Reasoning Eq. 1 train on the response).
+
+Batch mapping (verl's SFT trainer counts sequences): `train.train_batch_size` sequences per optimiser
+step = micro_batch_size_per_gpu x gradient_accumulation_steps (x processes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from sarl.errors import UserError
+
+log = logging.getLogger("sarl.train.trl")
+
+
+def sft_max_length(cfg: DictConfig) -> int:
+    """`algorithm.max_length`, or prompt + response length when null."""
+    if cfg.algorithm.get("max_length"):
+        return int(cfg.algorithm.max_length)
+    return int(cfg.train.max_prompt_length) + int(cfg.train.max_response_length)
+
+
+def sft_rows(path: Path) -> list[dict[str, list[dict]]]:
+    """The traces of `path` as conversational prompt-completion rows (module docstring); a malformed row is a
+    UserError naming its line."""
+    from sarl.backends.trl.run import read_jsonl
+
+    if not path.exists():
+        raise UserError(f"data.sft_files={path} does not exist; write the SFT set first (sarl.data.synthesize)")
+    out = []
+    for i, row in enumerate(read_jsonl(path, "data.sft_files")):
+        where = f"{path}:{i + 1}"
+        if "messages" in row and "prompt" not in row:
+            messages = row["messages"]
+            if not (isinstance(messages, list) and len(messages) >= 2):
+                raise UserError(f"{where}: 'messages' must list at least a prompt and the assistant's reply")
+            prompt, completion = messages[:-1], messages[-1:]
+        else:
+            prompt, completion = row.get("prompt"), row.get("completion")
+        for name, value in (("prompt", prompt), ("completion", completion)):
+            if not (isinstance(value, list) and value and all(_is_message(m) for m in value)):
+                raise UserError(f"{where}: '{name}' must be a non-empty list of chat messages ({{role, content}})")
+        if completion[-1]["role"] != "assistant":
+            raise UserError(
+                f"{where}: the target (last message) must be an assistant turn, not {completion[-1]['role']!r}"
+            )
+        out.append({"prompt": prompt, "completion": completion})
+    return out
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+
+
+def sft_dataset(cfg: DictConfig, tokenizer: Any):
+    """The SFT traces as a `datasets.Dataset`; a trace longer than the max length stops the run
+    (`algorithm.truncation: error`) or is cut at its end by TRL (`right`), counted either way."""
+    from datasets import Dataset
+
+    from sarl.backends.trl.run import resolve_path
+
+    if not cfg.data.get("sft_files"):
+        raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
+    path = resolve_path(str(cfg.data.sft_files))
+    rows = sft_rows(path)
+    limit = sft_max_length(cfg)
+    too_long = [i + 1 for i, r in enumerate(rows) if _length(tokenizer, r) > limit]
+    if too_long:
+        if cfg.algorithm.truncation == "error":
+            raise UserError(
+                f"{len(too_long)} traces of {path} exceed algorithm.max_length={limit} tokens (lines {too_long[:10]}); "
+                "raise train.max_response_length / algorithm.max_length, or algorithm.truncation=right to cut them"
+            )
+        log.warning(
+            "%d/%d traces longer than %d tokens are cut at the end (lines %s)",
+            len(too_long),
+            len(rows),
+            limit,
+            too_long[:10],
+        )
+    log.info("SFT traces: %d (%s), max length %d tokens", len(rows), path, limit)
+    return Dataset.from_list(rows)
+
+
+def _length(tokenizer: Any, row: dict) -> int:
+    ids = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def sft_batch_plan(train: DictConfig, n_processes: int = 1) -> dict[str, int]:
+    batch, micro = int(train.train_batch_size), int(train.micro_batch_size_per_gpu)
+    if batch % (micro * n_processes):
+        raise UserError(
+            f"train.train_batch_size={batch} (sequences per SFT step) must be a multiple of "
+            f"train.micro_batch_size_per_gpu x processes = {micro * n_processes}"
+        )
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // (micro * n_processes)}
+
+
+def sft_args(cfg: DictConfig, run_dir: Path):
+    from trl import SFTConfig
+
+    from sarl.backends.trl.run import common_args
+
+    return SFTConfig(
+        **common_args(cfg, run_dir),
+        **sft_batch_plan(cfg.train),
+        max_length=sft_max_length(cfg),
+        packing=bool(cfg.algorithm.packing),
+        completion_only_loss=True,  # labels of prompt tokens are -100: loss on the response only
+        assistant_only_loss=False,
+        loss_type="nll",
+        shuffle_dataset=bool(cfg.train.shuffle),
+    )
+
+
+def describe(args: Any) -> dict[str, Any]:
+    keys = sorted(k for k in vars(type(args)).get("__dataclass_fields__", {}) if not k.startswith("_"))
+    return json.loads(json.dumps({k: getattr(args, k) for k in keys}, default=str))

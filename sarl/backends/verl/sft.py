@@ -1,0 +1,229 @@
+"""algorithm=sft on backend=verl: verl 0.9.1's SFT trainer (`verl.trainer.sft_trainer`, engine-based, FSDP2),
+launched with torchrun.
+
+verl's packaged `sft_trainer_engine` config is the schema, as `ppo_trainer` is for the RL rows
+(sarl.backends.verl.config): it is composed, our values are written into it in struct mode (a removed or
+misspelt key fails here) and its typed sections (engine, optim, checkpoint) are built into verl's own
+dataclasses before anything is launched.
+
+Data: verl's `MultiTurnSFTDataset` reads a parquet with a `messages` column and puts loss only on the
+assistant turns (its `loss_mask`), i.e. on the response; the run writes that parquet from the data group's
+`sft_files` (the TRL jsonl the TRL back end reads) into the run directory, so both back ends train on one
+file. `data.pad_mode: no_padding` (verl's default) trains on unpadded, packed rows: the packing of this back end.
+
+Checkpoints: `checkpoints/global_step_N/` (FSDP shards, optimiser, data loader state, resumed automatically)
+with a Hugging Face copy under `huggingface/` (save_contents `hf_model`), which the next pipeline stage loads.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sarl.backends.trl.sft import sft_max_length
+from sarl.backends.verl.config import _flatten
+from sarl.errors import UserError
+
+VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
+SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
+SFT_DATA_FILE = "sft_data/train.parquet"
+CHECKPOINT_SUBDIR = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+
+
+def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any]:
+    """Our config in the keys of verl's `sft_trainer_engine` (train.* as for the RL rows)."""
+    t, b = cfg.train, cfg.backend
+    if cfg.algorithm.truncation not in ("error", "right"):
+        raise UserError(f"algorithm.truncation={cfg.algorithm.truncation!r}: must be error or right")
+    n_gpus = int(t.nnodes) * int(t.n_gpus_per_node)
+    if int(t.train_batch_size) % n_gpus:
+        raise UserError(
+            f"train.train_batch_size={t.train_batch_size} (sequences per SFT step) must be a multiple of the "
+            f"{n_gpus} GPUs (train.nnodes x train.n_gpus_per_node): verl splits it evenly over data-parallel ranks"
+        )
+    max_length = sft_max_length(cfg)
+    values: dict[str, Any] = {
+        "data.train_files": f"{run_dir}/{SFT_DATA_FILE}",
+        "data.val_files": None,
+        "data.messages_key": "messages",
+        "data.train_batch_size": t.train_batch_size,
+        "data.micro_batch_size_per_gpu": t.micro_batch_size_per_gpu,
+        "data.use_dynamic_bsz": b.use_dynamic_bsz,
+        "data.max_token_len_per_gpu": max(max_length, int(t.micro_batch_size_per_gpu) * max_length),
+        "data.max_length": max_length,
+        "data.truncation": cfg.algorithm.truncation,
+        "data.pad_mode": "no_padding",  # packed rows, no padding tokens
+        "model.path": cfg.model.path,
+        "model.enable_gradient_checkpointing": b.enable_gradient_checkpointing,
+        "model.enable_activation_offload": b.enable_activation_offload,
+        "engine.strategy": b.strategy,
+        "engine.seed": cfg.seed,
+        "optim.lr": t.actor_lr,
+        "optim.weight_decay": t.weight_decay,
+        "optim.lr_scheduler_type": t.lr_schedule,
+        "optim.min_lr_ratio": t.min_lr_ratio,
+        "optim.lr_warmup_steps_ratio": t.lr_warmup_ratio,
+        "checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
+        "checkpoint.load_contents": ["model", "optimizer", "extra"],
+        "trainer.default_local_dir": f"{run_dir}/{CHECKPOINT_SUBDIR}",
+        "trainer.project_name": cfg.logger.project,
+        "trainer.experiment_name": experiment,
+        "trainer.total_epochs": t.total_epochs,
+        "trainer.total_training_steps": t.get("total_training_steps"),
+        # verl's file logger writes metrics.jsonl ({"step", "data"} per line; VERL_FILE_LOGGER_PATH, run_verl_sft)
+        "trainer.logger": ["console", "file", *[x for x in cfg.logger.backends if x not in ("console", "file")]],
+        "trainer.seed": cfg.seed,
+        "trainer.save_freq": t.save_freq,
+        "trainer.test_freq": -1,
+        "trainer.resume_mode": "auto",
+        "trainer.nnodes": t.nnodes,
+        "trainer.n_gpus_per_node": t.n_gpus_per_node,
+    }
+    if cfg.model.get("tokenizer_path"):
+        values["model.tokenizer_path"] = cfg.model.tokenizer_path
+    from sarl.backends.verl.attention import resolve_attn_implementation
+
+    values["model.override_config"] = {"attn_implementation": resolve_attn_implementation(b.attn_implementation)}
+    values.update(_flatten(OmegaConf.to_container(b.sft_overrides, resolve=True)))
+    return values
+
+
+def compose_verl_sft_base() -> DictConfig:
+    """verl's packaged `sft_trainer_engine` config, composed as `verl.trainer.sft_trainer` composes it."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        raise RuntimeError("compose_verl_sft_base must run outside another Hydra context")
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose("sft_trainer_engine")
+
+
+def build_verl_sft_config(cfg: DictConfig, run_dir: str, experiment: str) -> DictConfig:
+    base = compose_verl_sft_base()
+    OmegaConf.set_struct(base, True)
+    for key, value in verl_sft_values(cfg, run_dir, experiment).items():
+        try:
+            OmegaConf.update(base, key, value, merge=False)
+        except Exception as err:  # omegaconf raises several error types for a missing key
+            raise KeyError(
+                f"verl {cfg.backend.version}'s SFT trainer has no config key {key!r} ({err.__class__.__name__}); "
+                "fix backend.sft_overrides or sarl/backends/verl/sft.py"
+            ) from err
+    return base
+
+
+def validate_verl_sft_config(config: DictConfig) -> None:
+    """verl's typed sections of the SFT config built as its trainer builds them (`SFTTrainer._build_config`):
+    the engine, optimiser and checkpoint dataclasses run their own checks. The model section loads the model's
+    config and tokenizer, so it is built only when the model is a local directory."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    for section in ("engine", "optim", "checkpoint"):
+        omega_conf_to_dataclass(config[section])
+    if Path(str(config.model.path)).is_dir():
+        omega_conf_to_dataclass(config.model)
+
+
+def write_sft_parquet(cfg: DictConfig, run_dir: Path) -> Path:
+    """`data.sft_files` (TRL jsonl) as the `messages` parquet verl's SFT dataset reads; returns its path."""
+    import pandas as pd
+
+    from sarl.backends.trl.run import resolve_path
+    from sarl.backends.trl.sft import sft_rows
+
+    if not cfg.data.get("sft_files"):
+        raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
+    rows = sft_rows(resolve_path(str(cfg.data.sft_files)))
+    out = run_dir / SFT_DATA_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # messages as a list of {role, content} structs: what MultiTurnSFTDataset reads (pandas -> pyarrow)
+    pd.DataFrame({"messages": [r["prompt"] + r["completion"] for r in rows]}).to_parquet(out, index=False)
+    return out
+
+
+def sft_launch_command(cfg: DictConfig, run_dir: Path) -> list[str]:
+    """torchrun on this node's GPUs with verl's SFT entry point on the config this run wrote. Several nodes need
+    torchrun started on every node (a rendezvous): not done by sarl.train, which refuses nnodes > 1 here."""
+    if int(cfg.train.nnodes) != 1:
+        raise UserError(
+            f"algorithm=sft on backend=verl with train.nnodes={cfg.train.nnodes}: sarl.train starts torchrun on one "
+            "node only; SFT of the seed papers' sets fits one node (train.nnodes=1)"
+        )
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={int(cfg.train.n_gpus_per_node)}",
+        "-m",
+        SFT_ENTRY_MODULE,
+        "--config-path",
+        str(run_dir),
+        "--config-name",
+        VERL_SFT_CONFIG_NAME,
+        f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=verl_hydra",
+    ]
+
+
+def keep_earlier_metrics(run_dir: Path) -> Path:
+    """`<run_dir>/metrics.jsonl` for verl's file logger, which truncates the file it opens: a resumed run's
+    earlier metrics are first moved to `metrics.<k>.jsonl` (k = 1, 2, ...), so no step's record is lost."""
+    path = run_dir / METRICS_FILE
+    if path.exists() and path.stat().st_size:
+        k = 1
+        while (run_dir / f"metrics.{k}.jsonl").exists():
+            k += 1
+        path.rename(run_dir / f"metrics.{k}.jsonl")
+    return path
+
+
+def final_hf_checkpoint(run_dir: Path) -> Path | None:
+    """`checkpoints/global_step_N/huggingface` of the highest N that has model weights, else None."""
+    ckpt = run_dir / CHECKPOINT_SUBDIR
+    steps = sorted(
+        (int(p.name.rpartition("_")[2]), p)
+        for p in (ckpt.iterdir() if ckpt.is_dir() else [])
+        if p.is_dir() and p.name.startswith("global_step_") and p.name.rpartition("_")[2].isdigit()
+    )
+    for _, path in reversed(steps):
+        hf = path / "huggingface"
+        if any((hf / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+            return hf
+    return None
+
+
+def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:
+    """Write verl's SFT config and the traces' parquet into the run directory and launch torchrun on them;
+    `train.dry_run=true` prints the config and the command only."""
+    import shlex
+    import subprocess
+
+    from sarl.signals import stop_process_group
+    from sarl.runs import run_record, wandb_record
+
+    config = build_verl_sft_config(cfg, str(run_dir), experiment)
+    validate_verl_sft_config(config)
+    cmd = sft_launch_command(cfg, run_dir)
+    if cfg.train.dry_run:
+        sys.stdout.write(OmegaConf.to_yaml(config))
+        sys.stderr.write(shlex.join(cmd) + "\n")
+        return 0
+    meta, env = run_record(cfg, choices, experiment, run_dir)  # env: W&B offline without a key, stable run id
+    env["VERL_FILE_LOGGER_PATH"] = str(keep_earlier_metrics(run_dir))
+    write_sft_parquet(cfg, run_dir)
+    (run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(config))
+    if "wandb" in cfg.logger.backends:
+        wandb_record(cfg, meta, run_dir, env)
+    proc = subprocess.Popen(cmd, cwd=run_dir, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_process_group(proc, grace_s=60)  # SIGTERM to torchrun's group, SIGKILL if it is still there
+        raise

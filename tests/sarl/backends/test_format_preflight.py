@@ -1,0 +1,56 @@
+"""sarl.format_preflight: a GRP run refuses a policy that does not write GRP's graph format (exit 2)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from baselines.grp import parse_graph
+from sarl.errors import UserError
+from sarl.format_preflight import check_format, parseable_share
+from sarl.train import compose_train_config, main
+
+REPO = Path(__file__).resolve().parents[3]
+GRAPH = (
+    '<think>\n<known>\n{"id": 1, "parents_id": [], "content": "x + y = 10"}\n</known>\n<aggregate>\n'
+    '{"id": 2, "parents_id": [1], "content": "so x = 6"}\n</aggregate>\n</think>\n<answer>\\boxed{6}</answer>'
+)
+PLAIN = "<think>\nx + y = 10, so x = 6.\n</think>\n\nThe answer is \\boxed{6}."
+CHECK = ["+exp=smoke", "reward=grp", "format_check.parser=baselines.grp.parse_graph"]
+
+
+def test_the_share_counts_parseable_responses_and_names_the_reasons():
+    samples = [json.loads(x)["response"] for x in (REPO / "sarl/samples/responses.jsonl").read_text().splitlines()]
+    share, reasons = parseable_share(samples, parse_graph)
+    assert share == 0.0 and sum(reasons.values()) == len(samples) == 5  # SARL-style responses: no graph
+    share, reasons = parseable_share([GRAPH, GRAPH, GRAPH, PLAIN], parse_graph)
+    assert share == 0.75 and reasons == {"text outside a label block": 1}
+
+
+def test_the_check_passes_at_the_threshold_and_stops_below_it():
+    cfg, _ = compose_train_config([*CHECK, "format_check.n_prompts=4", "format_check.min_share=0.5"])
+    seen = []
+
+    def answers(*texts):
+        return lambda prompts: seen.append(prompts) or list(texts)
+
+    assert check_format(cfg, answers(GRAPH, GRAPH, PLAIN, PLAIN)) == 0.5
+    assert len(seen[0]) == 4 and seen[0][0][0]["role"] == "user"  # the run's first four prompts
+    with pytest.raises(UserError, match=r"format_check: 25% of 4 responses .* parse with baselines.grp.parse_graph"):
+        check_format(cfg, answers(GRAPH, PLAIN, PLAIN, PLAIN))
+    off, _ = compose_train_config(["+exp=smoke", "reward=grp"])
+    assert check_format(off, answers(PLAIN)) is None  # no parser: no check
+    sft, _ = compose_train_config([*CHECK, "algorithm=sft", "data=sft_smoke"])
+    assert check_format(sft, answers(PLAIN)) is None  # the SFT stage that teaches the format is not checked
+
+
+@pytest.mark.parametrize("row", ["grpo_grp_math", "pasc_grpo_grp_math", "grp_math_paper"])
+def test_grp_rows_check_the_format(row):
+    cfg, _ = compose_train_config([f"+exp={row}"])
+    assert cfg.format_check.parser == "baselines.grp.parse_graph" and cfg.format_check.min_share == 0.5
+
+
+def test_a_policy_that_cannot_write_the_format_stops_the_run_with_exit_2(tmp_path, chat_policy_dir):
+    overrides = [*CHECK, "logger=none", f"paths.root={tmp_path}", f"model.path={chat_policy_dir}"]
+    assert main([*overrides, "format_check.max_new_tokens=4", "format_check.n_prompts=2"]) == 2
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("metrics.jsonl"))

@@ -1,0 +1,104 @@
+"""The paper-faithful pipeline rows (conf/exp/*_paper.yaml): every stage composes, passes verl's schema, and its
+values equal what the paper states (Structured Reasoning Sec. 5 and App. A.4.4; GRP Sec. 4.1 and App. E)."""
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from sarl.pipeline import stages_of
+from sarl.train import check_landed, compose_train_config, main
+
+pytest.importorskip("verl")
+from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
+from sarl.backends.verl.sft import build_verl_sft_config, validate_verl_sft_config  # noqa: E402
+
+STRUCTURED_PAPER_ROWS = {"lcs_paper": "lcs", "maxflow_paper": "maxflow", "lcs_maxflow_paper": "lcs_maxflow"}
+PAPER_ROWS = [*STRUCTURED_PAPER_ROWS, "grp_math_paper"]
+
+
+def stage_config(row, name, *extra):
+    """The composed config of one stage of a row, as sarl.pipeline composes it."""
+    top, _ = compose_train_config([f"+exp={row}"])
+    stage = next(s for s in stages_of(top) if s["name"] == name)
+    cfg, choices = compose_train_config([f"+exp={row}", *stage["overrides"], "pipeline=null", *extra])
+    check_landed(cfg, choices)
+    return cfg
+
+
+@pytest.mark.parametrize("row", PAPER_ROWS)
+def test_paper_rows_are_sft_then_rl_from_the_sft_checkpoint(row):
+    top, _ = compose_train_config([f"+exp={row}"])
+    assert [(s["name"], s["init_from"]) for s in stages_of(top)] == [("sft", None), ("rl", "sft")]
+
+
+@pytest.mark.parametrize("row,reward", STRUCTURED_PAPER_ROWS.items())
+def test_structured_reasoning_rl_stage_has_the_papers_values(row, reward, tmp_path, tiny_qwen3_dir):
+    """App. A.4.4: 6 completions at T=0.6 (same for evaluation), lr 2e-6 (1.5B), cosine with a 0.1x floor,
+    weight decay 1e-4, effective batch 24 (per-device 6 x accumulation 4), 4 GPUs (Table 8), KL beta 1e-3,
+    truncated completions masked, vLLM at 70% memory; Sec. 5: R1-Distill-Qwen-1.5B, 500 steps;
+    Sec. 5.1: DeepScaleR-Preview, 4k responses."""
+    cfg = stage_config(row, "rl", f"model.path={tiny_qwen3_dir}")
+    assert compose_train_config([f"+exp={row}"])[0].model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    assert cfg.data.name == "deepscaler_structured" and cfg.data.prompt_style == "structured"
+    assert cfg.reward._target_ == compose_train_config([f"reward={reward}"])[0].reward._target_
+    v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), row)
+    validate_verl_config(v)
+    a, r, d = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout, v.data
+    assert r.n == 6 and r.temperature == 0.6 and r.val_kwargs.temperature == 0.6 and r.val_kwargs.do_sample
+    assert d.max_response_length == 4096 and r.gpu_memory_utilization == 0.7
+    assert a.optim.lr == 2e-6 and a.optim.lr_scheduler_type == "cosine" and a.optim.min_lr_ratio == 0.1
+    assert a.optim.weight_decay == 1e-4 and a.optim.lr_warmup_steps_ratio == 0.0
+    assert d.train_batch_size * r.n == 24 and a.ppo_mini_batch_size == d.train_batch_size  # one update of 24
+    assert d.train_batch_size * r.n // v.trainer.n_gpus_per_node == 6 and v.trainer.n_gpus_per_node == 4
+    assert a.use_kl_loss and a.kl_loss_coef == 1e-3 and v.algorithm.adv_estimator == "grpo"
+    assert v.trainer.total_training_steps == 500 and v.trainer.v1.sarl.mask_truncated is True
+    assert v.trainer.v1.sarl.resample_tags is True  # App. A.4 "Tag Randomization for Robustness"
+    assert v.actor_rollout_ref.model.enable_gradient_checkpointing is True
+    # the 7B row: model=r1_distill_qwen_7b with lr 1e-6 ("1e-6 for 7B")
+    cfg7, _ = compose_train_config([f"+exp={row}", "model=r1_distill_qwen_7b", "train.actor_lr=1.0e-6"])
+    assert cfg7.model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B" and cfg7.train.actor_lr == 1e-6
+
+
+@pytest.mark.parametrize("row", STRUCTURED_PAPER_ROWS)
+def test_structured_reasoning_sft_stage_has_the_papers_values(row, tmp_path, tiny_qwen3_dir):
+    """App. A.4.4: "2 epochs, learning rate 1e-5, cosine schedule without floor, weight decay 1e-4, micro-batch 1
+    on a single A100"; Sec. 5.1: the 500 structured S1K traces."""
+    cfg = stage_config(row, "sft", f"model.path={tiny_qwen3_dir}")
+    assert cfg.algorithm.name == "sft" and cfg.data.name == "sft_structured"
+    v = build_verl_sft_config(cfg, str(tmp_path), row)
+    validate_verl_sft_config(v)
+    assert v.trainer.total_epochs == 2 and v.trainer.total_training_steps is None
+    assert v.optim.lr == 1e-5 and v.optim.lr_scheduler_type == "cosine" and v.optim.min_lr_ratio == 0.0
+    assert v.optim.weight_decay == 1e-4
+    assert v.data.micro_batch_size_per_gpu == 1 and v.trainer.n_gpus_per_node == 1 and v.trainer.nnodes == 1
+    assert v.data.max_length == 1024 + 16384
+
+
+def test_grp_paper_row_is_pasc_grpo_from_grp_sft_on_qwen3_base(tmp_path, tiny_qwen3_dir):
+    """GRP Sec. 4.1: Qwen3-4B-Base / 8B-Base; Sec. 3.2: PASC-GRPO with the graph rewards; App. E.1-E.2:
+    DeepScaleR problems; SFT on the graph-structured set (Sec. 3.1.3)."""
+    top, _ = compose_train_config(["+exp=grp_math_paper"])
+    assert top.model.path == "Qwen/Qwen3-4B-Base"
+    assert compose_train_config(["+exp=grp_math_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
+    rl = stage_config("grp_math_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_.startswith("baselines.grp")
+    assert rl.data.name == "deepscaler"
+    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "grp_math_paper")
+    validate_verl_config(v)
+    sft = stage_config("grp_math_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math"
+    validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_math_paper"))
+
+
+@pytest.mark.slow
+def test_a_paper_row_dry_runs_both_stages_on_verl(tmp_path, tiny_qwen3_dir, capsys):
+    run_dir = tmp_path / "lcs"
+    rc = main(["+exp=lcs_paper", f"model.path={tiny_qwen3_dir}", f"run_dir={run_dir}", "train.dry_run=true"])
+    assert rc == 0
+    out, err = capsys.readouterr()
+    sft, rl = [d for d in yaml.safe_load_all(out.replace("\nmodel_engine:", "\n---\nmodel_engine:", 1)) if d]
+    assert sft["optim"]["lr"] == 1e-5 and sft["trainer"]["default_local_dir"] == f"{run_dir}/sft/checkpoints"
+    planned = f"{run_dir}/sft/checkpoints/global_step_LAST/huggingface"
+    assert rl["actor_rollout_ref"]["model"]["path"] == planned
+    assert "verl.trainer.sft_trainer" in err and "sarl.backends.verl.main" in err
+    assert not run_dir.exists()
