@@ -205,8 +205,8 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     import shlex
     import subprocess
 
-    from sarl.signals import stop_process_group
     from sarl.runs import run_record, wandb_record
+    from sarl.signals import stop_process_group
 
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
     validate_verl_sft_config(config)
