@@ -43,7 +43,7 @@ def parseable_share(responses: Sequence[str], parser: Callable[[str], Any]) -> t
 def check_prompts(cfg: DictConfig, n: int) -> list[list[dict[str, str]]]:
     """The first `n` prompts of the run's validation set (`data.val_files`), else of its training set (verl
     parquet or TRL jsonl), as chat messages."""
-    from sarl.backends.trl.run import resolve_path
+    from sarl.backends.trl.common import resolve_path
 
     candidates = [cfg.data.get("val_files"), cfg.data.get("train_files"), cfg.data.get("trl_train_files")]
     for path in (resolve_path(str(p)) for p in candidates if p):

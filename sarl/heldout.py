@@ -220,7 +220,7 @@ class HeldOut:
     """The held-out evaluation of one run (config: the `heldout` node, see conf/exp/smoke.yaml)."""
 
     def __init__(self, cfg: Any, run_dir: Path, structure_reward: Any, train_rows: list[dict[str, Any]] | None):
-        from sarl.backends.trl.run import resolve_path
+        from sarl.backends.trl.common import resolve_path
 
         self.cfg = cfg
         self.run_dir = run_dir

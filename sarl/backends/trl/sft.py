@@ -35,7 +35,7 @@ def sft_max_length(cfg: DictConfig) -> int:
 def sft_rows(path: Path) -> list[dict[str, list[dict]]]:
     """The traces of `path` as conversational prompt-completion rows (module docstring); a malformed row is a
     UserError naming its line."""
-    from sarl.backends.trl.run import read_jsonl
+    from sarl.backends.trl.common import read_jsonl
 
     if not path.exists():
         raise UserError(f"data.sft_files={path} does not exist; write the SFT set first (sarl.data.synthesize)")
@@ -69,7 +69,7 @@ def sft_dataset(cfg: DictConfig, tokenizer: Any):
     (`algorithm.truncation: error`) or is cut at its end by TRL (`right`), counted either way."""
     from datasets import Dataset
 
-    from sarl.backends.trl.run import resolve_path
+    from sarl.backends.trl.common import resolve_path
 
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
@@ -112,7 +112,7 @@ def sft_batch_plan(train: DictConfig, n_processes: int = 1) -> dict[str, int]:
 def sft_args(cfg: DictConfig, run_dir: Path):
     from trl import SFTConfig
 
-    from sarl.backends.trl.run import common_args
+    from sarl.backends.trl.common import common_args
 
     return SFTConfig(
         **common_args(cfg, run_dir),

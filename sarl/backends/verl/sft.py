@@ -133,7 +133,7 @@ def write_sft_parquet(cfg: DictConfig, run_dir: Path) -> Path:
     """`data.sft_files` (TRL jsonl) as the `messages` parquet verl's SFT dataset reads; returns its path."""
     import pandas as pd
 
-    from sarl.backends.trl.run import resolve_path
+    from sarl.backends.trl.common import resolve_path
     from sarl.backends.trl.sft import sft_rows
 
     if not cfg.data.get("sft_files"):
