@@ -341,8 +341,8 @@ def check_reward_dependencies(reward_cfg: dict) -> None:
 def run(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> int:
     experiment = experiment_name(choices)
     check_landed(cfg, choices)
-    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (sarl/launch/)
-        from sarl.launch.slurm import dispatch, train_argv
+    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (slurm/launcher.py)
+        from slurm.launcher import dispatch, train_argv
 
         return dispatch("sarl.train", train_argv(overrides or [], cfg), cfg.launcher)
     run_dir = resolve_run_dir(cfg, experiment)
