@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = compose_eval_config(argv)
         if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
-            from sarl.launch.slurm import dispatch
+            from slurm.launcher import dispatch
 
             return dispatch("eval.run", argv, cfg.launcher)
         return run(cfg)

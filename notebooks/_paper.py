@@ -4,19 +4,26 @@ Results layout (what `python -m eval.run ckpt=... name=ROW` writes under runs/ev
 or `RESULTS/<row>/<date>_<time>/results.json` (the newest complete one is used), where <row> is `base` (the base
 model, evaluated on the math benchmarks and WildBench) or a `conf/exp/` name (`grpo_sarl_math`, `dpo_open`, ...).
 The numbers come from the results files; the Avg and Δ columns are computed with eval/results.py's own helpers.
+
+Which run is which row of which table comes from the `paper:` block of each conf/exp/ file (sarl.rows). Every
+table is a pandas DataFrame of the printed cells (columns: the paper's header; an italic group line before each
+group, as the paper prints them), with `attrs` holding its file name (`name`), `title`, the rows that had no
+results (`missing`) and the numbers behind the cells (`values`: row -> column -> number; `values_frame(table)` gives
+them as a DataFrame). `markdown(table)` and `write(table, out_dir)` print it and write `<name>.md` and `<name>.csv`.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import pandas as pd
+
 from eval.results import benchmark_average, mean, with_delta
+from sarl.rows import paper_rows
 
 log = logging.getLogger("notebooks")
 
@@ -30,41 +37,30 @@ WB_CATEGORIES = (
     ("Coding & Debugging", "Code"),
 )
 
-# (group, label, row) per table, in the paper's order.
-TABLE2_ROWS = (
-    ("", "Base", "base"),
-    ("PPO", "w/ Ground-Truth †", "ppo_gt_math"),
-    ("PPO", "w/ SARL (Ours)", "ppo_sarl_math"),
-    ("GRPO", "w/ Ground-Truth †", "grpo_gt_math"),
-    ("GRPO", "w/ EMPO", "grpo_empo_math"),
-    ("GRPO", "w/ TTRL", "grpo_ttrl_math"),
-    ("GRPO", "w/ SARL (Ours)", "grpo_sarl_math"),
-)
-TABLE3_ROWS = (
-    ("", "Base", "base"),
-    ("DPO", "w/ preference labels †", "dpo_open"),
-    ("PPO", "w/ SARL (Ours)", "ppo_sarl_open"),
-    ("GRPO", "w/ EMPO", "grpo_empo_open"),
-    ("GRPO", "w/ SARL (Ours)", "grpo_sarl_open"),
-)
-TABLE4_MATH = (("", "Base", "base"), ("", "PPO w/ SARL", "ppo_sarl_math"), ("", "GRPO w/ SARL", "grpo_sarl_math"))
-TABLE4_OPEN = (("", "Base", "base"), ("", "PPO w/ SARL", "ppo_sarl_open"), ("", "GRPO w/ SARL", "grpo_sarl_open"))
-ABLATION_ROWS = (  # Tables 5 and 10
-    ("", "Base", "base"),
-    ("", "SARL w/ L only", "grpo_sarl_l_only_math"),
-    ("", "SARL w/ C only", "grpo_sarl_c_only_math"),
-    ("", "SARL w/ C + L", "grpo_sarl_math"),
-)
+BASE = ("", "Base", "base")  # the base model: the first row of every SARL table (not a conf/exp/ run)
+
+
+def table_spec(table: str, group: str | None = None) -> tuple[tuple[str, str, str], ...]:
+    """(group, label, row) of a paper table in its order, the base model first: the conf/exp/ files' `paper:`
+    entries for `table` (only those under `group`, when given; their group heading then left out)."""
+    rows = [r for r in paper_rows(table) if group is None or r.group == group]
+    return (BASE, *(("" if group is not None else r.group, r.label, r.exp) for r in rows))
+
+
+def table_groups(table: str) -> list[str]:
+    """The group headings of a paper table, in order."""
+    return list(dict.fromkeys(r.group for r in paper_rows(table)))
+
+
+TABLE2_ROWS = table_spec("SARL Table 2")
+TABLE3_ROWS = table_spec("SARL Table 3")
+TABLE4_SECTIONS = {g: table_spec("SARL Table 4", g) for g in table_groups("SARL Table 4")}  # math, then open-ended
+ABLATION_ROWS = table_spec("SARL Table 10")  # Tables 5 and 10
+# SARL Table 8 has Table 2's rows, each label prefixed with its group and without the † and (Ours) marks
 TABLE8_ROWS = tuple(
     ("", f"{g} {label.replace(' †', '').replace(' (Ours)', '')}" if g else label, row) for g, label, row in TABLE2_ROWS
 )
-TABLE9_ROWS = (
-    ("", "Base", "base"),
-    ("", "DPO", "dpo_open"),
-    ("", "EMPO", "grpo_empo_open"),
-    ("", "PPO w/ SARL", "ppo_sarl_open"),
-    ("", "GRPO w/ SARL", "grpo_sarl_open"),
-)
+TABLE9_ROWS = table_spec("SARL Table 9")
 
 
 def setting(name: str, default: str, argv_flag: str | None = None) -> str:
@@ -120,60 +116,70 @@ def _f(value: Any, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-@dataclass
-class PaperTable:
-    """A rebuilt table: header, rows of printed cells, the numbers behind them, and what was missing."""
-
-    name: str
-    title: str
-    header: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    values: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-
-    def markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |", "|---" * len(self.header) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
-        if self.missing:
-            lines += ["", "Not available (shown as -): " + "; ".join(self.missing) + "."]
-        return "\n".join(lines) + "\n"
-
-    def write(self, out_dir: str | Path) -> list[Path]:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        md, csv_path = out_dir / f"{self.name}.md", out_dir / f"{self.name}.csv"
-        md.write_text(self.markdown(), encoding="utf-8")
-        with csv_path.open("w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(self.header)
-            w.writerows(self.rows)
-        return [md, csv_path]
+def new_table(name: str, title: str, header: Sequence[str], rows: Sequence[Sequence[str]] = ()) -> pd.DataFrame:
+    """A table: the printed cells as a DataFrame (columns `header`), its file name, title, the numbers behind the
+    cells and what was missing in `attrs`."""
+    t = pd.DataFrame([list(r) for r in rows], columns=list(header), dtype=object)
+    t.attrs.update(name=name, title=title, values={}, missing=[])
+    return t
 
 
-def _grouped(table: PaperTable, spec, cells_of) -> None:
+def append_row(table: pd.DataFrame, cells: Sequence[str]) -> None:
+    """Add one printed row at the end of `table` (in place)."""
+    table.loc[len(table)] = list(cells)
+
+
+def values_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The numbers behind a table's cells: one row per run (`base`, a conf/exp/ name), one column per quantity."""
+    return pd.DataFrame.from_dict(table.attrs["values"], orient="index")
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The table as the paper prints it: a `###` title, a pipe table of the printed cells, and a line listing
+    what was not available."""
+    header = list(table.columns)
+    lines = [f"### {table.attrs['title']}", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in table.itertuples(index=False)]
+    if table.attrs["missing"]:
+        lines += ["", "Not available (shown as -): " + "; ".join(table.attrs["missing"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def write(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """`<name>.md` (markdown(table)) and `<name>.csv` (the printed cells, header first) in `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path = out_dir / f"{table.attrs['name']}.md", out_dir / f"{table.attrs['name']}.csv"
+    md.write_text(markdown(table), encoding="utf-8")
+    table.to_csv(csv_path, index=False, lineterminator="\r\n", encoding="utf-8")
+    return [md, csv_path]
+
+
+def _grouped(table: pd.DataFrame, spec, cells_of) -> None:
     """Append rows in the paper's layout: an italic group line (PPO, GRPO, ...) before each group's rows."""
     group = None
     for g, label, row in spec:
         if g and g != group:
-            table.rows.append([f"*{g}*"] + [""] * (len(table.header) - 1))
+            append_row(table, [f"*{g}*"] + [""] * (len(table.columns) - 1))
         group = g
-        table.rows.append([label] + cells_of(row))
+        append_row(table, [label] + cells_of(row))
 
 
-def accuracy_table(name: str, title: str, spec, results: dict[str, dict]) -> PaperTable:
+def accuracy_table(name: str, title: str, spec, results: dict[str, dict]) -> pd.DataFrame:
     """SARL Tables 2 and 10: avg@k per math benchmark and `Avg (Δ%)`, Avg the unweighted mean of the four
     benchmarks (SARL Table 2; decisions §3) and Δ% against the base row (eval.results.with_delta)."""
-    t = PaperTable(name, title, ["Method"] + [c for _, c in MATH_BENCHMARKS] + ["Avg (Δ%)"])
+    t = new_table(name, title, ["Method"] + [c for _, c in MATH_BENCHMARKS] + ["Avg (Δ%)"])
+    values, missing = t.attrs["values"], t.attrs["missing"]
     base = _math(results.get("base"))
-    base_avg = _avg(base, "base", t)
+    base_avg = _avg(base, "base", missing)
 
     def cells(row):
         b = _math(results.get(row))
         if row not in results:
-            t.missing.append(f"{row} (no results.json)")
+            missing.append(f"{row} (no results.json)")
         accs = {k: (b.get(k) or {}).get("avg_at_k") for k, _ in MATH_BENCHMARKS}
-        avg = base_avg if row == "base" else _avg(b, row, t)
-        t.values[row] = {**accs, "avg": avg}
+        avg = base_avg if row == "base" else _avg(b, row, missing)
+        values[row] = {**accs, "avg": avg}
         last = _f(avg) if row == "base" else with_delta(avg, base_avg)
         return [_f(accs[k]) for k, _ in MATH_BENCHMARKS] + [last]
 
@@ -181,33 +187,31 @@ def accuracy_table(name: str, title: str, spec, results: dict[str, dict]) -> Pap
     return t
 
 
-def _avg(benchmarks: dict[str, dict], row: str, t: PaperTable) -> float | None:
+def _avg(benchmarks: dict[str, dict], row: str, missing: list[str]) -> float | None:
     lacking = [k for k, _ in MATH_BENCHMARKS if (benchmarks.get(k) or {}).get("avg_at_k") is None]
     if lacking and benchmarks:
-        t.missing.append(f"{row}: no Avg without {', '.join(lacking)}")
+        missing.append(f"{row}: no Avg without {', '.join(lacking)}")
     if lacking:
         return None
     return benchmark_average({k: benchmarks[k]["avg_at_k"] for k, _ in MATH_BENCHMARKS})
 
 
-def ablation_summary_table(results: dict[str, dict]) -> PaperTable:
+def ablation_summary_table(results: dict[str, dict]) -> pd.DataFrame:
     """SARL Table 5: the ablation's `Avg (Δ%)` only (the columns of Table 10 averaged)."""
     full = accuracy_table("table10", "", ABLATION_ROWS, results)
-    t = PaperTable(
-        "table5",
-        "SARL Table 5: structure-reward terms, avg over the math benchmarks",
-        ["Reward variant", "Avg (Δ%)"],
-        missing=full.missing,
-    )
-    for r in full.rows:
-        t.rows.append([r[0], r[-1]])
-    t.values = {row: {"avg": v["avg"]} for row, v in full.values.items()}
+    t = full.iloc[:, [0, -1]].set_axis(["Reward variant", "Avg (Δ%)"], axis=1).reset_index(drop=True)
+    t.attrs = {
+        "name": "table5",
+        "title": "SARL Table 5: structure-reward terms, avg over the math benchmarks",
+        "values": {row: {"avg": v["avg"]} for row, v in full.attrs["values"].items()},
+        "missing": full.attrs["missing"],
+    }
     return t
 
 
-def wildbench_table(results: dict[str, dict]) -> PaperTable:
+def wildbench_table(results: dict[str, dict]) -> pd.DataFrame:
     """SARL Table 3: WildBench category scores and `WB Score (Δ%)` against the base row."""
-    t = PaperTable(
+    t = new_table(
         "table3",
         "SARL Table 3: WildBench (open-ended reasoning)",
         ["Method"] + [s for _, s in WB_CATEGORIES] + ["WB Score (Δ%)"],
@@ -217,10 +221,10 @@ def wildbench_table(results: dict[str, dict]) -> PaperTable:
     def cells(row):
         wb = _wb(results.get(row))
         if wb is None:
-            t.missing.append(f"{row} (no WildBench results)")
+            t.attrs["missing"].append(f"{row} (no WildBench results)")
             wb = {}
         cats = wb.get("categories") or {}
-        t.values[row] = {s: cats.get(c) for c, s in WB_CATEGORIES} | {"wb_score": wb.get("wb_score")}
+        t.attrs["values"][row] = {s: cats.get(c) for c, s in WB_CATEGORIES} | {"wb_score": wb.get("wb_score")}
         last = _f(wb.get("wb_score")) if row == "base" else with_delta(wb.get("wb_score"), base_wb)
         return [_f(cats.get(c)) for c, _ in WB_CATEGORIES] + [last]
 
@@ -245,10 +249,10 @@ def math_tokens(results: dict | None) -> tuple[dict[str, float | None], float | 
     return per, (None if any(v is None for v in per.values()) else printed(mean(list(per.values())), 1))
 
 
-def length_tables(results: dict[str, dict]) -> tuple[PaperTable, PaperTable, PaperTable]:
+def length_tables(results: dict[str, dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """SARL Tables 8 (math, per benchmark), 9 (WildBench) and 4 (both, SARL rows): mean response tokens and the
     difference to the base model."""
-    t8 = PaperTable(
+    t8 = new_table(
         "table8",
         "SARL Table 8: response length on the math benchmarks (tokens)",
         ["Method"] + [c for _, c in MATH_BENCHMARKS] + ["Avg", "Δ vs. Base"],
@@ -258,9 +262,9 @@ def length_tables(results: dict[str, dict]) -> tuple[PaperTable, PaperTable, Pap
     def cells8(row):
         per, avg = math_tokens(results.get(row))
         if avg is None:
-            t8.missing.append(f"{row} (no token counts)")
+            t8.attrs["missing"].append(f"{row} (no token counts)")
         delta = None if avg is None or base_math is None else printed(avg - base_math, 1)
-        t8.values[row] = {**per, "avg": avg, "delta": delta}
+        t8.attrs["values"][row] = {**per, "avg": avg, "delta": delta}
         return [_f(per[k], ".1f") for k, _ in MATH_BENCHMARKS] + [
             _f(avg, ".1f"),
             _f(delta, ".1f" if row == "base" else "+.1f"),
@@ -268,7 +272,7 @@ def length_tables(results: dict[str, dict]) -> tuple[PaperTable, PaperTable, Pap
 
     _grouped(t8, TABLE8_ROWS, cells8)
 
-    t9 = PaperTable(
+    t9 = new_table(
         "table9", "SARL Table 9: response length on WildBench (tokens)", ["Method", "Avg Tokens", "Δ vs. Base"]
     )
     base_open = (_wb(results.get("base")) or {}).get("mean_tokens")
@@ -276,28 +280,30 @@ def length_tables(results: dict[str, dict]) -> tuple[PaperTable, PaperTable, Pap
     def cells9(row):
         tok = (_wb(results.get(row)) or {}).get("mean_tokens")
         if tok is None:
-            t9.missing.append(f"{row} (no WildBench token counts)")
+            t9.attrs["missing"].append(f"{row} (no WildBench token counts)")
         delta = None if tok is None or base_open is None else printed(tok - base_open, 2)
-        t9.values[row] = {"avg": tok, "delta": delta}
+        t9.attrs["values"][row] = {"avg": tok, "delta": delta}
         return [_f(tok), _f(delta, ".2f" if row == "base" else "+.2f")]
 
     _grouped(t9, TABLE9_ROWS, cells9)
 
-    t4 = PaperTable("table4", "SARL Table 4: response length comparison", ["Method", "Avg Tokens", "Δ vs. Base"])
-    t4.rows.append(["*Verifiable reasoning (Math).*", "", ""])
-    for _, label, row in TABLE4_MATH:
-        v = t8.values[row]
-        t4.values[f"math/{row}"] = {"avg": v["avg"], "delta": v["delta"]}
-        t4.rows.append([label, _f(v["avg"], ".1f"), _f(v["delta"], ".1f" if row == "base" else "+.1f")])
-    t4.rows.append(["*Non-verifiable reasoning (Open-ended).*", "", ""])
-    for _, label, row in TABLE4_OPEN:
-        v = t9.values[row]
-        t4.values[f"open/{row}"] = {"avg": v["avg"], "delta": v["delta"]}
-        t4.rows.append([label, _f(v["avg"]), _f(v["delta"], ".2f" if row == "base" else "+.2f")])
-    t4.missing = sorted(
-        set(t8.missing + t9.missing) & {f"{r} (no token counts)" for _, _, r in TABLE4_MATH}
-        | set(t9.missing) & {f"{r} (no WildBench token counts)" for _, _, r in TABLE4_OPEN}
-    )
+    # SARL Table 4: a section per setting, each opened by an italic line and starting with the base model; a math
+    # section (its rows are Table 8's) takes Table 8's numbers, an open-ended one Table 9's
+    t4 = new_table("table4", "SARL Table 4: response length comparison", ["Method", "Avg Tokens", "Δ vs. Base"])
+    math_rows = {row for _, _, row in TABLE8_ROWS}
+    wanted = set()
+    for section, spec in TABLE4_SECTIONS.items():
+        is_math = all(row in math_rows for _, _, row in spec)
+        prefix, source, places = ("math", t8, 1) if is_math else ("open", t9, 2)
+        lacking = "{} (no token counts)" if is_math else "{} (no WildBench token counts)"
+        append_row(t4, [f"*{section}.*", "", ""])
+        for _, label, row in spec:
+            v = source.attrs["values"][row]
+            t4.attrs["values"][f"{prefix}/{row}"] = {"avg": v["avg"], "delta": v["delta"]}
+            sign = f".{places}f" if row == "base" else f"+.{places}f"
+            append_row(t4, [label, _f(v["avg"], f".{places}f"), _f(v["delta"], sign)])
+            wanted.add(lacking.format(row))
+    t4.attrs["missing"] = sorted(set(t8.attrs["missing"] + t9.attrs["missing"]) & wanted)
     return t4, t8, t9
 
 

@@ -17,7 +17,10 @@
 # Reads the `results.json` that `python -m eval.run ckpt=... name=ROW` writes, one directory per row:
 # `RESULTS/base/` (the base model on the math benchmarks and WildBench) and `RESULTS/<exp>/` for each `conf/exp/`
 # row (`grpo_sarl_math`, `ppo_sarl_open`, ...), each either holding `results.json` or `eval.run`'s
-# `<date>_<time>/results.json` (the newest complete one is used). Writes `tableN.md` and `tableN.csv` to `OUT`.
+# `<date>_<time>/results.json` (the newest complete one is used). Which run is which row comes from the `paper:`
+# block of each conf/exp/ file. Every table is a pandas DataFrame of the printed cells (`table.attrs` holds its
+# title, the numbers behind it and what was missing; `paper.values_frame(table)` gives the numbers as a DataFrame);
+# `tableN.md` and `tableN.csv` are written from them to `OUT`.
 #
 #     python notebooks/tables.py --results runs/eval --out runs/paper
 #
@@ -43,14 +46,14 @@ print(f"{len(results)} of {len(paper.all_rows())} rows have results in {RESULTS}
 
 # %%
 table2 = paper.accuracy_table("table2", "SARL Table 2: math reasoning, avg@k", paper.TABLE2_ROWS, results)
-print(table2.markdown())
+print(paper.markdown(table2))
 
 # %% [markdown]
 # ## Table 3: WildBench (WB Score = weighted category macro average, Δ% against the base model)
 
 # %%
 table3 = paper.wildbench_table(results)
-print(table3.markdown())
+print(paper.markdown(table3))
 
 # %% [markdown]
 # ## Tables 4, 8 and 9: response length in tokens
@@ -58,7 +61,7 @@ print(table3.markdown())
 # %%
 table4, table8, table9 = paper.length_tables(results)
 for t in (table4, table8, table9):
-    print(t.markdown())
+    print(paper.markdown(t))
 
 # %% [markdown]
 # ## Tables 5 and 10: the structure-reward terms (C only, L only, C + L) under GRPO on math
@@ -69,15 +72,14 @@ table10 = paper.accuracy_table(
 )
 table5 = paper.ablation_summary_table(results)
 for t in (table5, table10):
-    print(t.markdown())
+    print(paper.markdown(t))
 
 # %%
 import json  # noqa: E402
 
 tables = [table2, table3, table4, table5, table8, table9, table10]
-written = [p for t in tables for p in t.write(OUT)]
-(OUT / "tables.json").write_text(
-    json.dumps({t.name: {"values": t.values, "missing": t.missing} for t in tables}, indent=2), encoding="utf-8"
-)
-(OUT / "tables.md").write_text("\n".join(t.markdown() for t in tables), encoding="utf-8")
+written = [p for t in tables for p in paper.write(t, OUT)]
+summary = {t.attrs["name"]: {"values": t.attrs["values"], "missing": t.attrs["missing"]} for t in tables}
+(OUT / "tables.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+(OUT / "tables.md").write_text("\n".join(paper.markdown(t) for t in tables), encoding="utf-8")
 print(f"wrote {len(written) + 2} files to {OUT}")

@@ -124,8 +124,8 @@ def run(
         if stage_overrides:
             raise UserError(f"STAGE:key=value overrides ({', '.join(stage_overrides)}) need an exp with a pipeline")
         check_supported(cfg, choices)
-    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (sarl/launch/)
-        from sarl.launch.slurm import dispatch, train_argv
+    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (slurm/launcher.py)
+        from slurm.launcher import dispatch, train_argv
 
         staged = [f"{k}:{o}" for k, items in (stage_overrides or {}).items() for o in items]
         return dispatch("sarl.train", train_argv([*(overrides or []), *staged], cfg), cfg.launcher)

@@ -114,18 +114,16 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     template, trained until it answers each fixture prompt with its fixture response (near-deterministic at
     temperature 0.6)."""
     import torch
-    from transformers import Qwen3ForCausalLM
+    from testkit import tiny_qwen3
 
-    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
+    from sarl.backends.trl.policy import build_tokenizer
 
     pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
     corpus = [" ".join(m["content"] for m in msgs) + "\n" + resp for msgs, resp in pairs] * 2
     corpus.append("user assistant system")
     hf = build_tokenizer(corpus, vocab_size=512)  # the smoke policy's tokenizer builder (Qwen3 chat markers)
     hf.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = qwen3_config(hf, max_position_embeddings=512)
-    model = Qwen3ForCausalLM(config)
+    model = tiny_qwen3(hf, weights=True, seed=0, max_position_embeddings=512)
     seqs = []
     for messages, response in pairs:
         prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=True)

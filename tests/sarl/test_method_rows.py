@@ -4,23 +4,14 @@ do not change)."""
 
 import pytest
 from omegaconf import OmegaConf
+from testkit import verl_config_for
 
-from sarl.train import check_landed, compose_train_config, experiment_name
+from sarl.train import compose_train_config
 
 pytest.importorskip("verl")
-from sarl.backends.verl.config import build_verl_config, compose_verl_base, validate_verl_config  # noqa: E402
+from sarl.backends.verl.config import build_verl_config, compose_verl_base  # noqa: E402
 
 STRUCTURED_ROWS = ["grpo_lcs_math", "grpo_maxflow_math", "grpo_lcs_maxflow_math"]
-
-
-def verl_config_for(overrides, tmp_path, model_dir):
-    """The row's verl config, validated by verl; the policy is a local tiny checkpoint (no hub here)."""
-    cfg, choices = compose_train_config([*overrides, f"model.path={model_dir}"])
-    check_landed(cfg, choices)
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
-    validate_verl_config(vcfg)
-    return cfg, vcfg
 
 
 @pytest.mark.slow

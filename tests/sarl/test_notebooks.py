@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sarl.reward import StructureReward
+from sarl.rows import paper_rows
 from sarl.viz import step_table, view_response
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +90,24 @@ def test_tables_notebook_prints_the_papers_tables(tmp_path):
     values = json.loads((tmp_path / "tables.json").read_text())
     assert values["table2"]["values"]["grpo_sarl_math"]["avg"] == pytest.approx(72.155)
     assert all(not t["missing"] for t in values.values())
+
+
+def test_tables_are_dataframes_of_the_printed_cells_with_their_numbers():
+    """Each table is a pandas DataFrame (the printed cells, the paper's header as columns); its numbers come as a
+    DataFrame too (one row per run), in the order of the conf/exp/ `paper:` blocks."""
+    import pandas as pd
+
+    results = _paper.load_results(FIXTURES / "results", _paper.all_rows())
+    t2 = _paper.accuracy_table("table2", "SARL Table 2", _paper.TABLE2_ROWS, results)
+    assert isinstance(t2, pd.DataFrame)
+    assert list(t2.columns) == ["Method", "AIME25", "AMC23", "MATH500", "Minerva", "Avg (Δ%)"]
+    assert t2.loc[t2["Method"] == "Base", "AIME25"].item() == "31.67"
+    assert list(t2["Method"][:3]) == ["Base", "*PPO*", "w/ Ground-Truth †"]  # the group line before its rows
+    numbers = _paper.values_frame(t2)
+    assert list(numbers.index) == ["base", *(r.exp for r in paper_rows("SARL Table 2"))]
+    assert numbers.loc["grpo_sarl_math", "avg"] == pytest.approx(72.155)
+    assert numbers["aime25"].max() == pytest.approx(46.67)  # sliceable: GRPO w/ Ground-Truth's AIME25
+    assert _paper.markdown(t2).splitlines()[:3] == ["### SARL Table 2", "", "| " + " | ".join(t2.columns) + " |"]
 
 
 def test_a_row_without_results_is_a_dash_and_is_listed(tmp_path):

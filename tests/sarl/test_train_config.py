@@ -9,7 +9,9 @@ import yaml
 from fakes import fake_vllm_python
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
+from testkit import verl_config_for
 
+from sarl.rows import metadata_problems, paper_experiments
 from sarl.train import (
     CONF_DIR,
     NotLandedError,
@@ -20,24 +22,11 @@ from sarl.train import (
 )
 
 pytest.importorskip("verl")
-from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
+from sarl.backends.verl.config import build_verl_config  # noqa: E402
 
 GROUPS = ["model", "algorithm", "reward", "embedding", "data", "backend", "launcher", "logger", "paths"]
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
-PAPER_ROWS = {
-    "ppo_gt_math",
-    "ppo_sarl_math",
-    "grpo_gt_math",
-    "grpo_empo_math",
-    "grpo_ttrl_math",
-    "grpo_sarl_math",
-    "dpo_open",
-    "ppo_sarl_open",
-    "grpo_empo_open",
-    "grpo_sarl_open",
-    "grpo_sarl_c_only_math",
-    "grpo_sarl_l_only_math",
-}
+PAPER_ROWS = paper_experiments()  # conf/exp/ files whose `paper:` block names a paper table (sarl.rows)
 
 
 def options(group):
@@ -47,8 +36,10 @@ def options(group):
     return [p.stem for p in paths]
 
 
-def test_every_paper_row_has_an_experiment():
-    assert PAPER_ROWS <= set(EXPERIMENTS)
+def test_every_experiment_says_which_paper_table_rows_it_is():
+    problems = metadata_problems()
+    assert not problems, "conf/exp/ paper metadata:\n" + "\n".join(problems)
+    assert PAPER_ROWS and set(PAPER_ROWS) <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
@@ -66,17 +57,6 @@ def test_unknown_option_lists_the_valid_ones():
         compose_train_config(["reward=sarl_c"])
     for name in ("sarl", "sarl_c_only", "sarl_l_only"):
         assert name in str(err.value)
-
-
-def verl_config_for(exp, tmp_path, model_dir):
-    """The row's verl config, validated by verl; the policy is a local tiny checkpoint because
-    verl's validation loads the model config and there is no hub here."""
-    cfg, choices = compose_train_config([f"+exp={exp}", f"model.path={model_dir}"])
-    check_landed(cfg, choices)
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
-    validate_verl_config(vcfg)
-    return cfg, vcfg
 
 
 @pytest.mark.slow
@@ -101,7 +81,7 @@ def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_no
         assert printed["trainer"] in ("GRPOTrainer", "DPOTrainer") and printed["args"]["output_dir"]
         return
     assert cfg.model.path == "Qwen/Qwen3-4B"
-    _, vcfg = verl_config_for(exp, tmp_path, tiny_qwen3_dir)
+    _, vcfg = verl_config_for([f"+exp={exp}"], tmp_path, tiny_qwen3_dir)
     assert vcfg.trainer.experiment_name == exp
 
 
@@ -135,7 +115,7 @@ def assert_tables_6_7(v, math: bool, model_dir: str):
     ],
 )
 def test_paper_hyperparameters(exp, math, adv, clustering, tmp_path, tiny_qwen3_dir):
-    cfg, v = verl_config_for(exp, tmp_path, tiny_qwen3_dir)
+    cfg, v = verl_config_for([f"+exp={exp}"], tmp_path, tiny_qwen3_dir)
     assert_tables_6_7(v, math, tiny_qwen3_dir)
     assert v.algorithm.adv_estimator == adv
     assert v.critic.enable is (adv == "gae")
@@ -200,8 +180,6 @@ def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
-
-
 def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
     """embedding=vllm_server with url "auto": the server is started as a child, health-checked,
     its URL handed to the reward, and stopped afterwards (a stand-in for vLLM speaks the same HTTP)."""
@@ -241,7 +219,7 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exp", sorted(PAPER_ROWS))
+@pytest.mark.parametrize("exp", PAPER_ROWS)
 def test_dry_run_works_offline_with_an_empty_model_cache(exp, tmp_path):
     """No network and nothing in the Hugging Face cache: the backend's config on stdout (YAML), the launch
     command on stderr, no traceback; with a critic (PPO), one line says the model was not resolved here."""

@@ -7,46 +7,28 @@ does (verl/workers/engine/fsdp/transformer_impl.py, `_build_module`)."""
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from testkit import tiny_qwen3, verl_config_for, verl_paper_rows
 
 pytest.importorskip("verl")
 from transformers import AutoModelForCausalLM  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from sarl.backends.verl.attention import flash_attn_usable, resolve_attn_implementation  # noqa: E402
-from sarl.backends.verl.config import build_verl_config  # noqa: E402
-from sarl.train import compose_train_config, experiment_name  # noqa: E402
 
-VERL_ROWS = [
-    "ppo_gt_math",
-    "ppo_sarl_math",
-    "grpo_gt_math",
-    "grpo_empo_math",
-    "grpo_ttrl_math",
-    "grpo_sarl_math",
-    "ppo_sarl_open",
-    "grpo_empo_open",
-    "grpo_sarl_open",
-    "grpo_sarl_c_only_math",
-    "grpo_sarl_l_only_math",
-]
+VERL_ROWS = list(verl_paper_rows())  # the paper rows (conf/exp/ `paper:` blocks) that run on verl
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, byte_tokenizer):
     """A tiny Qwen3 checkpoint with weights (verl's loaders read weights, not only the config)."""
-    from sarl.backends.trl.policy import qwen3_config
-
     path = tmp_path_factory.mktemp("tiny_ckpt")
-    AutoModelForCausalLM.from_config(qwen3_config(byte_tokenizer, max_position_embeddings=512)).save_pretrained(path)
-    byte_tokenizer.save_pretrained(path)
+    tiny_qwen3(byte_tokenizer, path, weights=True, max_position_embeddings=512)
     return str(path)
 
 
 def verl_cfg(exp, model_dir, tmp_path, *extra):
-    cfg, choices = compose_train_config([f"+exp={exp}", f"model.path={model_dir}", *extra])
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    return build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
+    """The row's verl config as verl's workers get it (not validated here: the tests load its models)."""
+    return verl_config_for([f"+exp={exp}", *extra], tmp_path, model_dir, validate=False)[1]
 
 
 def test_auto_takes_flash_attention_only_where_it_can_run():

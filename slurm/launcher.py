@@ -2,6 +2,8 @@
 
     python -m sarl.train +exp=grpo_sarl_math launcher=slurm_h100 [launcher.account=ACC] [launcher.wait=true]
 
+(The plain-`sbatch` scripts in slurm/sbatch/ run the same per-node code through `python -m slurm.node`.)
+
 The job runs the same command with the same overrides, minus the launcher ones plus `launcher=local`,
 in the submitting directory with the submitting interpreter and environment. Resources come from
 conf/launcher/slurm_h100.yaml, and each of them can be overridden from the environment
@@ -49,7 +51,7 @@ from sarl.errors import UserError
 from sarl.network import is_loopback, routable_ip
 from sarl.signals import stop_process_group
 
-log = logging.getLogger("sarl.launch")
+log = logging.getLogger("slurm.launcher")
 
 # config key -> (environment variable, type)
 ENV_OVERRIDES: dict[str, tuple[str, type]] = {
@@ -205,8 +207,10 @@ def node_ip_address(head: str, port: int, interface: str | None) -> str:
     that routes to `head` (the head's host name or address; on the head itself, its own address)."""
     ip = interface_ip(interface) if interface else routable_ip(socket.gethostbyname(head), allow_loopback=True)
     if is_loopback(ip):
-        why = f"launcher.ray_interface={interface!r} is a loopback interface" if interface else (
-            f"the head node's name {head!r} resolves to a loopback address there"
+        why = (
+            f"launcher.ray_interface={interface!r} is a loopback interface"
+            if interface
+            else (f"the head node's name {head!r} resolves to a loopback address there")
         )
         raise RuntimeError(
             f"Ray would listen on {ip} (loopback) on {socket.gethostname()}: {why}; set launcher.ray_interface "
@@ -300,14 +304,20 @@ class ModuleJob:
         import submitit
 
         env_ = submitit.JobEnvironment()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         log.info("job %s task %d/%d on %s", env_.job_id, env_.global_rank, env_.num_tasks, socket.gethostname())
-        hosts, s = env_.hostnames, self.settings
+        return self.run_on_node(env_.global_rank, env_.hostnames, env_.paths.folder)
+
+    def run_on_node(self, rank: int, hosts: Sequence[str], folder: str | Path) -> int:
+        """This node's part of the job: on one node, the driver; on several, node `rank` of `hosts` (one task per
+        node) starts the Ray head (rank 0, which then runs the driver) or joins it, meeting through `folder`, a
+        directory every node sees."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        s = self.settings
         if len(hosts) <= 1:
             return self._run_driver(env)
         env = ray_job_env(env)
-        address_file = head_ip_file(env_.paths.folder, env)
-        if env_.global_rank != 0:  # a worker node: joins the head and blocks while it is up
+        address_file = head_ip_file(folder, env)
+        if rank != 0:  # a worker node: joins the head and blocks while it is up
             head_ip = read_head_ip(address_file, s.ray_join_timeout_s)
             node_ip = node_ip_address(head_ip, s.ray_port, s.ray_interface)
             return self._run(ray_worker_command(self.python, head_ip, s.ray_port, node_ip, *self._ray_resources()), env)
@@ -328,12 +338,12 @@ class ModuleJob:
 
     def _run_driver(self, env: dict[str, str]) -> int:
         cmd = self.command()
-        print(f"sarl.launch: running {shlex.join(cmd)} in {self.workdir}", flush=True)
+        print(f"slurm.launcher: running {shlex.join(cmd)} in {self.workdir}", flush=True)
         rc = self._run(cmd, env)
         if rc in (-signal.SIGTERM, 128 + signal.SIGTERM):  # killed by it, or stopped on it (sarl.train: 143)
             # SLURM terminated the job's processes (preemption, requeue, cancel): its follow-up (submitit's
             # USR2 -> checkpoint() and requeue, or SIGKILL) decides what happens; fail only if none comes.
-            print("sarl.launch: the run was terminated (SIGTERM); waiting for SLURM's next signal", flush=True)
+            print("slurm.launcher: the run was terminated (SIGTERM); waiting for SLURM's next signal", flush=True)
             time.sleep(self.settings.signal_delay_s)
         if rc != 0:
             raise RuntimeError(f"{shlex.join(cmd)} exited with {rc}")
@@ -359,7 +369,7 @@ class ModuleJob:
         and requeue this same job."""
         import submitit
 
-        print("sarl.launch: preempted or timed out; stopping the run and requeuing", flush=True)
+        print("slurm.launcher: preempted or timed out; stopping the run and requeuing", flush=True)
         self._stop_child()
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 

@@ -1,12 +1,12 @@
 """A real single-node SLURM cluster (Debian's slurm-wlm + munge) for the launcher tests, started once per
-session in a temporary directory and stopped by its pid files (sarl.launch.local_slurm)."""
+session in a temporary directory and stopped by its pid files (slurm.local_cluster)."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from sarl.launch.local_slurm import LocalSlurm, LocalSlurmError, why_unusable
+from slurm.local_cluster import LocalSlurm, LocalSlurmError, why_unusable
 
 
 @pytest.fixture(scope="session")

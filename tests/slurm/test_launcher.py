@@ -19,7 +19,8 @@ import submitit
 from submitit.slurm.slurm import _make_sbatch_string
 
 from sarl.backends.trl.metrics import read_metrics
-from sarl.launch.slurm import (
+from sarl.train import compose_train_config, main
+from slurm.launcher import (
     ModuleJob,
     SlurmSettings,
     executor_parameters,
@@ -37,7 +38,6 @@ from sarl.launch.slurm import (
     settings,
     train_argv,
 )
-from sarl.train import compose_train_config, main
 
 SMALL = [
     "train.rollout_n=4",
@@ -257,12 +257,12 @@ def fake_python(tmp_path, monkeypatch):
 def test_the_head_node_starts_ray_as_its_child_runs_the_driver_and_stops_ray_by_its_process_group(
     fake_python, tmp_path, monkeypatch
 ):
-    import sarl.launch.slurm as slurm
+    import slurm.launcher as launcher
 
     folder = tmp_path / "job"
     folder.mkdir()
     monkeypatch.setattr(submitit, "JobEnvironment", lambda: FakeJobEnvironment(0, folder))
-    monkeypatch.setattr(slurm, "node_ip_address", lambda head, port, interface: "10.1.0.1")
+    monkeypatch.setattr(launcher, "node_ip_address", lambda head, port, interface: "10.1.0.1")
     seen = {}
 
     def joined(expected, address, timeout_s, head):  # instead of ray.init: the head is up and published
@@ -272,7 +272,7 @@ def test_the_head_node_starts_ray_as_its_child_runs_the_driver_and_stops_ray_by_
         seen.update(expected=expected, address=address, head=head.pid, published=(folder / "ray_head_ip.0").read_text())
         seen["pid"] = int((tmp_path / "head.pid").read_text())
 
-    monkeypatch.setattr(slurm, "wait_for_ray_nodes", joined)
+    monkeypatch.setattr(launcher, "wait_for_ray_nodes", joined)
     record = tmp_path / "ray" / "ray_current_cluster"  # what `ray start` leaves for a later ray.init() there
     record.parent.mkdir()
     record.write_text("10.1.0.1:6380")
@@ -299,14 +299,14 @@ def test_a_stopped_ray_head_leaves_another_clusters_record_alone(fake_python, tm
 
 
 def test_a_worker_node_joins_the_published_head_address_with_its_own(fake_python, tmp_path, monkeypatch):
-    import sarl.launch.slurm as slurm
+    import slurm.launcher as launcher
 
     folder = tmp_path / "job"
     folder.mkdir()
     publish_head_ip(folder / "ray_head_ip.0", "10.1.0.1")
     monkeypatch.setattr(submitit, "JobEnvironment", lambda: FakeJobEnvironment(1, folder))
     routes = []
-    monkeypatch.setattr(slurm, "node_ip_address", lambda head, port, interface: routes.append(head) or "10.1.0.2")
+    monkeypatch.setattr(launcher, "node_ip_address", lambda head, port, interface: routes.append(head) or "10.1.0.2")
     s = SlurmSettings(nodes=2, gpus_per_node=8, ray_port=6380, ray_interface=None)
     assert ModuleJob("sarl.train", [], str(tmp_path), s, str(fake_python))() == 0
     assert routes == ["10.1.0.1"]  # its own address: the interface that routes to the head's
@@ -327,8 +327,8 @@ def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process
     record of it. Ray's files go to a directory of this test (RAY_TMPDIR), not the machine's /tmp/ray."""
     import tempfile
 
-    from sarl.launch.local_slurm import free_port
-    from sarl.launch.slurm import wait_for_ray_nodes
+    from slurm.launcher import wait_for_ray_nodes
+    from slurm.local_cluster import free_port
 
     ips = [ip for ip in map(_ipv4, (n for _, n in socket.if_nameindex())) if ip and not ip.startswith("127.")]
     if not ips:
@@ -417,7 +417,7 @@ def test_smoke_training_job_runs_on_slurm_and_its_outputs_come_back(
 
 @pytest.mark.slow
 def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster, launch_policy_cache, tmp_path):
-    from sarl.launch.slurm import submit
+    from slurm.launcher import submit
 
     args = ["+exp=smoke", *SMALL, "backend.max_steps=6", "train.save_freq=1", f"paths.root={tmp_path}"]
     args += [f"model.build.cache_dir={launch_policy_cache}", "train.rollout_n=8", "train.micro_batch_size_per_gpu=16"]
@@ -451,12 +451,12 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm_clust
 
 
 def test_eval_run_submits_itself_through_the_launcher(monkeypatch):
-    """`python -m eval.run ... launcher=slurm_h100` hands the same command to sarl.launch.slurm.dispatch."""
-    import sarl.launch.slurm as slurm
+    """`python -m eval.run ... launcher=slurm_h100` hands the same command to slurm.launcher.dispatch."""
+    import slurm.launcher as launcher
     from eval.run import main as eval_main
 
     calls = []
-    monkeypatch.setattr(slurm, "dispatch", lambda module, argv, cfg: calls.append((module, list(argv), cfg)) or 0)
+    monkeypatch.setattr(launcher, "dispatch", lambda module, argv, cfg: calls.append((module, list(argv), cfg)) or 0)
     argv = ["ckpt=/ckpts/step_100", "launcher=slurm_h100", "launcher.gpus_per_node=1"]
     assert eval_main(argv) == 0
     ((module, sent, cfg),) = calls

@@ -1,0 +1,67 @@
+"""sarl.rows: the paper rows read from the `paper:` blocks of conf/exp/, the one place that says which run is which
+row of which table; a missing or malformed block is named with its file and what to write."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from sarl.rows import PaperRow, experiments, metadata_problems, paper_experiments, paper_rows, paper_tables
+from sarl.train import compose_train_config
+
+
+def test_sarl_table_2_in_the_papers_order():
+    assert [(r.group, r.label, r.exp) for r in paper_rows("SARL Table 2")] == [
+        ("PPO", "w/ Ground-Truth †", "ppo_gt_math"),
+        ("PPO", "w/ SARL (Ours)", "ppo_sarl_math"),
+        ("GRPO", "w/ Ground-Truth †", "grpo_gt_math"),
+        ("GRPO", "w/ EMPO", "grpo_empo_math"),
+        ("GRPO", "w/ TTRL", "grpo_ttrl_math"),
+        ("GRPO", "w/ SARL (Ours)", "grpo_sarl_math"),
+    ]
+    assert [r.exp for r in paper_rows("SARL Table 10")] == [
+        "grpo_sarl_l_only_math",
+        "grpo_sarl_c_only_math",
+        "grpo_sarl_math",
+    ]
+    assert paper_tables()[:2] == ["SARL Table 2", "SARL Table 3"]  # numbers in order: 9 before 10
+    assert paper_tables().index("SARL Table 9") < paper_tables().index("SARL Table 10")
+    assert set(paper_experiments()) < set(experiments())  # the smoke run and the comparison rows are in no table
+    assert "smoke" not in paper_experiments() and "grpo_sarl_open" in paper_experiments()
+
+
+def test_the_block_reaches_the_composed_config_but_not_the_backend(tmp_path):
+    from sarl.backends.verl.config import build_verl_config
+
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    assert cfg.paper.tables[0] == {"table": "SARL Table 2", "position": 6, "group": "GRPO", "label": "w/ SARL (Ours)"}
+    v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), "x")
+    assert "paper" not in OmegaConf.to_yaml(v)
+    smoke, _ = compose_train_config(["+exp=smoke"])
+    assert list(smoke.paper.tables) == [] and smoke.paper.note.startswith("not a row of a paper table")
+
+
+def write(d, name, text):
+    (d / f"{name}.yaml").write_text("# @package _global_\n" + text)
+
+
+@pytest.mark.parametrize(
+    "block,problem",
+    [
+        ("", "no `paper.tables` list; add `paper: {tables: [{table: ..., position: ..., group: ..., label: ...}]}`"),
+        ("paper:\n  tables: []\n", "`paper.tables` is empty and there is no `paper.note`"),
+        ("paper:\n  tables:\n    - {table: T, position: 1, label: x}\n", "paper.tables[0] has ['label', 'position', "),
+        ("paper:\n  tables:\n    - {table: T, position: 0, group: '', label: x}\n", "position=0: must be an integer"),
+        ("paper:\n  tables:\n    - {table: T, position: 1, group: '', label: ''}\n", "must not be empty"),
+    ],
+)
+def test_a_missing_or_malformed_block_is_named_and_left_out(tmp_path, block, problem):
+    write(tmp_path, "good", "paper:\n  tables:\n    - {table: T, position: 1, group: G, label: good}\n")
+    write(tmp_path, "bad", block)
+    (message,) = metadata_problems(tmp_path)
+    assert message.startswith(str(tmp_path / "bad.yaml")) and problem in message
+    assert paper_rows(exp_dir=tmp_path) == [PaperRow("good", "T", 1, "G", "good")]  # the others still read
+
+
+def test_two_rows_at_one_position_of_a_table_are_a_problem(tmp_path):
+    write(tmp_path, "a", "paper:\n  tables:\n    - {table: T, position: 1, group: '', label: a}\n")
+    write(tmp_path, "b", "paper:\n  tables:\n    - {table: T, position: 1, group: '', label: b}\n")
+    assert metadata_problems(tmp_path) == ["T position 1: both a and b; give each row its own"]
