@@ -120,7 +120,7 @@ def question_of(prompt: str) -> str:
 
 
 def redraw_tags(messages: Sequence[dict], seed: int, key: str) -> list[dict]:
-    """Training-time tag randomisation (seed 004 App. A.4 "Tag Randomization for Robustness": "for each
+    """Training-time tag randomisation (Structured Reasoning App. A.4 "Tag Randomization for Robustness": "for each
     question, we retain the top 5 tags and randomly sample 0-5 additional tags ..., shuffling their order"):
     the chat messages with the last user message's tagged prompt redrawn from (seed, key). The key names the
     question and the draw (row id and epoch), so each sampling of a prompt gets its own tag set, reproducibly."""

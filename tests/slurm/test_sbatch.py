@@ -27,6 +27,7 @@ SMOKE = [
     "train.micro_batch_size_per_gpu=8",
     "data.max_response_length=96",
     "logger=none",
+    "heldout=null",
 ]
 # the local cluster's shape instead of the scripts' H100 nodes (command-line options win over #SBATCH lines)
 LOCAL_CLUSTER = ["--partition=debug", "--gpus-per-node=0", "--cpus-per-task=2", "--mem=0", "--time=30"]

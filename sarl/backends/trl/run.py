@@ -299,7 +299,8 @@ def _heldout(cfg: DictConfig, run_dir: Path, reward_cfg: dict | None):
     reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
     embedder = reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True)
     structure = instantiate({**OmegaConf.to_container(cfg.heldout.structure, resolve=True), "embedder": embedder})
-    train_rows = read_jsonl(resolve_path(str(cfg.data.trl_train_files)), "data.trl_train_files")
+    train_file = cfg.data.get("trl_train_files")  # held-out prompts must not be training prompts
+    train_rows = read_jsonl(resolve_path(str(train_file)), "data.trl_train_files") if train_file else None
     return HeldOut(cfg.heldout, run_dir, structure, train_rows)
 
 
@@ -330,7 +331,9 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
     args = trainer_args(cfg, run_dir)
     heldout, heldout_before = None, None
-    if cfg.get("heldout"):
+    if cfg.get("heldout") and cfg.algorithm.name == "sft":
+        log.info("heldout: not evaluated for algorithm=sft (the held-out before/after is for the RL runs)")
+    elif cfg.get("heldout"):
         heldout = _heldout(cfg, run_dir, reward_cfg)
         heldout_before = heldout.before(model, tokenizer)
     wandb_run = _wandb_run(cfg, meta, run_dir, env)
