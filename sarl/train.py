@@ -89,11 +89,6 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
         raise UnsupportedOnBackend(f"reward '{choices['reward']}' ({target}) cannot be used: {err}") from err
 
 
-# The former names, kept for callers written against them.
-NotLandedError = UnsupportedOnBackend
-check_landed = check_supported
-
-
 def launch_command(run_dir: Path, entry_module: str) -> list[str]:
     """The verl entry point `backend.entry_module` (ours: verl's PPO main with our TaskRunner) on the config file
     this run wrote; Hydra's own records and log of that process go into the run directory (not `outputs/` under

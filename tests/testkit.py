@@ -37,14 +37,14 @@ def tiny_qwen3(tokenizer, path: str | Path | None = None, *, weights: bool = Fal
 def verl_config_for(overrides: Sequence[str], tmp_path, model_dir: str, *, validate: bool = True):
     """(cfg, verl config) of `overrides` (e.g. ["+exp=grpo_sarl_math"]) with the policy at `model_dir` (a local
     tiny checkpoint: verl's validation loads the model config and there is no hub here), the row checked as
-    sarl.train checks it (`check_landed`) and, with `validate`, the verl config validated by verl."""
+    sarl.train checks it (`check_supported`) and, with `validate`, the verl config validated by verl."""
     from omegaconf import OmegaConf
 
     from sarl.backends.verl.config import build_verl_config, validate_verl_config
-    from sarl.train import check_landed, compose_train_config, experiment_name
+    from sarl.train import check_supported, compose_train_config, experiment_name
 
     cfg, choices = compose_train_config([*overrides, f"model.path={model_dir}"])
-    check_landed(cfg, choices)
+    check_supported(cfg, choices)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     vcfg = build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
     if validate:

@@ -6,7 +6,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from sarl.pipeline import stages_of
-from sarl.train import check_landed, compose_train_config, main
+from sarl.train import check_supported, compose_train_config, main
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
@@ -21,7 +21,7 @@ def stage_config(row, name, *extra):
     top, _ = compose_train_config([f"+exp={row}"])
     stage = next(s for s in stages_of(top) if s["name"] == name)
     cfg, choices = compose_train_config([f"+exp={row}", *stage["overrides"], "pipeline=null", *extra])
-    check_landed(cfg, choices)
+    check_supported(cfg, choices)
     return cfg
 
 

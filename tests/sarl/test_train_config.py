@@ -14,8 +14,8 @@ from testkit import verl_config_for
 from sarl.rows import metadata_problems, paper_experiments
 from sarl.train import (
     CONF_DIR,
-    NotLandedError,
-    check_landed,
+    UnsupportedOnBackend,
+    check_supported,
     compose_train_config,
     experiment_name,
     resolve_run_dir,
@@ -70,8 +70,8 @@ def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_no
         assert len(stages_of(cfg)) >= 2
         return
     try:
-        check_landed(cfg, choices)
-    except NotLandedError as err:
+        check_supported(cfg, choices)
+    except UnsupportedOnBackend as err:
         assert "not" in str(err) and len(str(err)) > 40
         return
     if cfg.backend.name == "trl":  # an in-process TRL run: its trainer arguments build
@@ -143,10 +143,10 @@ def test_misspelt_backend_override_fails_at_composition(tmp_path):
 def test_dpo_row_runs_on_trl_and_says_so_on_verl():
     cfg, choices = compose_train_config(["+exp=dpo_open"])
     assert cfg.backend.name == "trl"
-    check_landed(cfg, choices)
+    check_supported(cfg, choices)
     cfg, choices = compose_train_config(["+exp=dpo_open", "backend=verl"])
-    with pytest.raises(NotLandedError, match="backend=trl"):
-        check_landed(cfg, choices)
+    with pytest.raises(UnsupportedOnBackend, match="backend=trl"):
+        check_supported(cfg, choices)
 
 
 def test_run_dir_has_date_time_and_slurm_job_and_is_found_again_on_requeue(tmp_path):

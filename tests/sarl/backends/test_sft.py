@@ -50,14 +50,14 @@ def test_sft_rows_read_prompt_completion_and_messages_and_name_bad_lines(tmp_pat
 
 
 def test_sft_pairs_only_with_sft_data():
-    from sarl.train import check_landed
+    from sarl.train import check_supported
 
     cfg, choices = compose_train_config(["+exp=smoke", "algorithm=sft"])  # data=smoke: prompts, no traces
     with pytest.raises(UserError, match="SFT data group"):
-        check_landed(cfg, choices)
+        check_supported(cfg, choices)
     cfg, choices = compose_train_config(["+exp=smoke", "data=sft_smoke"])  # GRPO on traces
     with pytest.raises(UserError, match="pick matching groups"):
-        check_landed(cfg, choices)
+        check_supported(cfg, choices)
 
 
 def test_trl_sft_loss_is_the_mean_cross_entropy_over_completion_tokens_only(tmp_path, chat_policy_dir):
