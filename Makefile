@@ -11,6 +11,8 @@ main: setup
 	.venv/bin/python -m sarl.train +exp=smoke
 
 test: setup setup-vllm
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest
 
 bench: setup setup-vllm

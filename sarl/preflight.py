@@ -228,9 +228,13 @@ def check_memory_plan(
             )
         else:
             b = memory.embedding_budget(emb, float(s.gpu_memory_utilization), gib, s.max_model_len, str(s.dtype))
-            fix = "" if b.ok else (
-                f"set embedding_server.max_model_len<={b.max_len_that_fits} or raise "
-                "embedding_server.gpu_memory_utilization"
+            fix = (
+                ""
+                if b.ok
+                else (
+                    f"set embedding_server.max_model_len<={b.max_len_that_fits} or raise "
+                    "embedding_server.gpu_memory_utilization"
+                )
             )
             out.append(Check("embedding server budget", b.ok, b.summary(), fix))
     return out
@@ -380,8 +384,12 @@ def check_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Check:
             if server is not None:
                 server.stop()
     except Exception as err:
-        return Check("embedding server", False, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
-                     "read the server log named above; lower embedding_server.max_model_len or raise its budget")
+        return Check(
+            "embedding server",
+            False,
+            f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+            "read the server log named above; lower embedding_server.max_model_len or raise its budget",
+        )
     v = vectors[0]
     return Check("embedding server", True, f"{rc['embedder']['url']} answered: one {len(v)}-dimensional vector")
 

@@ -67,8 +67,10 @@ def read_responses(path: str | Path | None) -> list[dict]:
         if not isinstance(row, dict) or "response" not in row:
             raise UserError(f'{source}, line {n}: expected an object with a "response" field')
         rid = row.setdefault("id", str(n))
-        if isinstance(rid, bool) or not isinstance(rid, (str, int, float)) or (
-            isinstance(rid, float) and not math.isfinite(rid)
+        if (
+            isinstance(rid, bool)
+            or not isinstance(rid, (str, int, float))
+            or (isinstance(rid, float) and not math.isfinite(rid))
         ):
             raise UserError(f"{source}, line {n}: id {rid!r} is not a string or a finite number")
         key = str(rid)

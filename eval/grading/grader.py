@@ -224,7 +224,6 @@ class Grader:
         log.warning("answer rejected before math-verify: %s: %r; counted as not equivalent", why, answer[:200])
         return True
 
-
     def _cached(self, key: tuple[str, str, str], payload: dict[str, str]) -> Verdict:
         with self._lock:
             hit = self._cache.get(key)

@@ -156,8 +156,18 @@ def test_several_nodes_refuse_a_loopback_embedding_url():
     assert "loopback" in lines[-1] and "train.nnodes=2" in lines[-1] and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True),
-                                       ("[::1]", True), ("10.0.0.5", False), ("0.0.0.0", False)])
+@pytest.mark.parametrize(
+    "host,loop",
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("10.0.0.5", False),
+        ("0.0.0.0", False),
+    ],
+)
 def test_loopback_addresses(host, loop):
     assert is_loopback(host) is loop
 

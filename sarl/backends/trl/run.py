@@ -58,8 +58,6 @@ def unsupported(cfg: DictConfig) -> str | None:
     return None
 
 
-
-
 def policy_path(cfg: DictConfig) -> Path | str:
     """The model to train: `model.path` (hub id or directory), else the locally built tiny policy."""
     if cfg.model.get("path"):
@@ -74,8 +72,6 @@ def policy_path(cfg: DictConfig) -> Path | str:
     traces = resolve_path(spec["traces"])
     spec["traces"] = str(traces)
     return build_policy(spec, cache_dir, seed=int(cfg.seed))
-
-
 
 
 def prompt_dataset(cfg: DictConfig, tokenizer: Any):
@@ -159,10 +155,6 @@ def batch_plan(train: DictConfig, n_processes: int = 1) -> dict[str, int]:
         "gradient_accumulation_steps": accumulation,
         "steps_per_generation": accumulation * (prompts // mini),
     }
-
-
-
-
 
 
 def grpo_args(cfg: DictConfig, run_dir: Path):
