@@ -11,8 +11,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# Raw vectors checked and normalised together: bounds the float64 copy (4,096 x 1,024 x 8 B = 32 MB).
-VALIDATE_CHUNK_ROWS = 4096
+# Raw vectors checked and normalised together: a float64 buffer of 512 x 1,024 x 8 B = 4 MB, reused.
+VALIDATE_CHUNK_ROWS = 512
 
 
 @dataclass
@@ -64,8 +64,8 @@ class Embedder(ABC):
             if sizes:
                 self.dim = int(sizes.most_common(1)[0][0])
         dim = self.dim or 0
-        # Rows of the distinct texts, NaN where a text failed; filled a chunk of rows at a time.
-        checked = np.full((len(distinct), dim), np.nan, dtype=np.float32)
+        # Rows of the distinct texts: unit vectors written a chunk at a time, NaN where a text failed.
+        checked = np.empty((len(distinct), dim), dtype=np.float32)
         new_reasons: dict[int, str] = {}
         rows: list[int] = []
         vecs: list[np.ndarray] = []
@@ -83,12 +83,15 @@ class Embedder(ABC):
                 continue
             rows.append(j)
             vecs.append(v)
+        buffer = np.empty((min(VALIDATE_CHUNK_ROWS, len(rows)), dim))
         for s in range(0, len(rows), VALIDATE_CHUNK_ROWS):
             self._normalise_rows(
-                vecs[s : s + VALIDATE_CHUNK_ROWS], rows[s : s + VALIDATE_CHUNK_ROWS], checked, new_reasons
+                vecs[s : s + VALIDATE_CHUNK_ROWS], rows[s : s + VALIDATE_CHUNK_ROWS], checked, new_reasons, buffer
             )
         for j in sorted(new_reasons):  # in text order, as one row at a time would add them
             reasons[j] = new_reasons[j]
+        if reasons:
+            checked[list(reasons)] = np.nan
         if len(distinct) == len(texts):  # no duplicates: text i is distinct text i
             vectors = checked
         else:
@@ -112,27 +115,31 @@ class Embedder(ABC):
         return EmbeddingResult(vectors=vectors, failed=failed)
 
     def _normalise_rows(
-        self, vecs: list[np.ndarray], rows: list[int], out: np.ndarray, reasons: dict[int, str]
+        self, vecs: list[np.ndarray], rows: list[int], out: np.ndarray, reasons: dict[int, str], buffer: np.ndarray
     ) -> None:
         """Writes the unit vector of each raw vector (all of size `dim`) into `out[rows[k]]`, or
         adds the reason it is unusable to `reasons` (decisions §1.2 "Embeddings").
 
-        Batched, with the same float64 arithmetic as normalising one vector at a time (`row_norms`).
+        Batched, with the same float64 arithmetic as normalising one vector at a time (`row_norms`),
+        in `buffer` (at least len(vecs) rows), reused from chunk to chunk.
         """
-        x = np.stack(vecs).astype(np.float64, copy=False)
-        finite = np.isfinite(x).all(axis=1)
-        x[~finite] = 0.0  # their norm is not needed; zeros keep the product quiet
-        with np.errstate(over="ignore"):  # an overflowing norm is a failure reported below
-            norm = row_norms(x)
-        ok = finite & np.isfinite(norm) & (norm > self.norm_eps)
+        x = buffer[: len(vecs)]
+        np.stack(vecs, out=x)  # converted to float64 on the way
+        with np.errstate(all="ignore"):  # bad rows are reported below and never written
+            norm = row_norms(x)  # NaN or inf in a row makes its norm NaN or inf
+            x /= norm[:, None]
+        ok = np.isfinite(norm) & (norm > self.norm_eps)
         for k in np.flatnonzero(~ok):
-            if not finite[k]:
+            if not np.isfinite(vecs[k]).all():
                 reasons[rows[k]] = "non-finite embedding: NaN or inf in the vector"
             elif not np.isfinite(norm[k]):  # finite float64 entries whose squares overflow
                 reasons[rows[k]] = "non-finite embedding: the vector's norm overflows float64"
             else:
                 reasons[rows[k]] = "zero embedding: the vector has norm 0"
-        out[np.asarray(rows, dtype=np.intp)[ok]] = (x[ok] / norm[ok, None]).astype(np.float32)
+        if ok.all() and rows[-1] - rows[0] == len(rows) - 1:  # consecutive rows: one slice
+            out[rows[0] : rows[-1] + 1] = x  # float64 -> float32 rounds as `astype` does
+        else:
+            out[np.asarray(rows, dtype=np.intp)[ok]] = x[ok]
 
 
 def row_norms(x: np.ndarray) -> np.ndarray:

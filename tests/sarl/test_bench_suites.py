@@ -66,7 +66,14 @@ def test_quick_reward_step_suite():
     for row in ("split into steps", "clustering", "reasoning map + SR", "StructureReward(batch) without the model"):
         assert row in text
     assert "WordPiece tokens" in text and out["minilm_tokens"] > out["steps"]
-    assert out["rollouts"] == 16 and set(out["kmeans"]) >= {"parse", "cluster", "graph", "reward call", "other"}
+    assert out["rollouts"] == 16 and set(out["kmeans"]) >= {
+        "parse",
+        "cluster",
+        "graph",
+        "embed bookkeeping",
+        "reward call",
+        "other",
+    }
 
 
 @pytest.mark.slow

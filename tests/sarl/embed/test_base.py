@@ -115,7 +115,7 @@ def test_row_norms_are_bit_identical_to_the_norm_of_each_row(d):
 
 
 @pytest.mark.parametrize("dim", [16, 384, None])
-@pytest.mark.parametrize("chunk", [7, 4096])
+@pytest.mark.parametrize("chunk", [7, 512])
 def test_batched_validation_is_bit_identical_to_one_vector_at_a_time(monkeypatch, caplog, dim, chunk):
     monkeypatch.setattr(base, "VALIDATE_CHUNK_ROWS", chunk)
     texts, table, failures = scripted_texts(seed=dim or 0, n=300, d=dim or 24)
