@@ -130,7 +130,7 @@ class Embedder(ABC):
             x /= norm[:, None]
         ok = np.isfinite(norm) & (norm > self.norm_eps)
         for k in np.flatnonzero(~ok):
-            if not np.isfinite(vecs[k]).all():
+            if not np.isfinite(np.asarray(vecs[k], dtype=np.float64)).all():  # as converted
                 reasons[rows[k]] = "non-finite embedding: NaN or inf in the vector"
             elif not np.isfinite(norm[k]):  # finite float64 entries whose squares overflow
                 reasons[rows[k]] = "non-finite embedding: the vector's norm overflows float64"
