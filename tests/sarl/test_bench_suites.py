@@ -1,6 +1,10 @@
 """`python -m sarl.bench suite=grading` and `suite=reward_step` in quick mode: tables with every column,
 pathological answers rejected cheaply, verdicts equal to plain math-verify. No timing is asserted."""
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -8,8 +12,10 @@ from hydra import compose, initialize_config_dir
 from rich.console import Console
 
 from sarl.bench.__main__ import run
+from sarl.bench.embed_http import cpu_by_process, cpu_list_size, process_tree, server_env
 from sarl.bench.grading import answer_mix, ours, plain_math_verify
 from sarl.bench.reward_step import paper_batch
+from sarl.errors import UserError
 from sarl.steps import parse_steps
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -66,7 +72,14 @@ def test_quick_reward_step_suite():
     for row in ("split into steps", "clustering", "reasoning map + SR", "StructureReward(batch) without the model"):
         assert row in text
     assert "WordPiece tokens" in text and out["minilm_tokens"] > out["steps"]
-    assert out["rollouts"] == 16 and set(out["kmeans"]) >= {"parse", "cluster", "graph", "reward call", "other"}
+    assert out["rollouts"] == 16 and set(out["kmeans"]) >= {
+        "parse",
+        "cluster",
+        "graph",
+        "embed bookkeeping",
+        "reward call",
+        "other",
+    }
 
 
 @pytest.mark.slow
@@ -78,3 +91,42 @@ def test_quick_embed_http_suite_against_the_real_vllm_server():
     text = console.export_text()
     assert "HTTP throughput / in-process" in text and "texts/s" in text and "load average" in text
     assert out["failed"] == 0 and out["max_abs_diff"] < 1e-4 and out["min_cosine"] > 0.9999
+    assert "cores busy" in text and "texts per CPU s" in text and "VLLM::Worker" in text
+    assert out["server_env"] == {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    names = {p["name"] for p in out["server_processes"]}
+    assert "VLLM::Worker" in names and out["http_cpu_s"] > 0 and out["in_process_cpu_s"] > 0
+
+
+def test_server_thread_settings():
+    assert server_env(2, "nobind") == {"OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    assert server_env(2, "0-1")["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert [cpu_list_size(s) for s in ("0", "0-1", "0,2-3", "5")] == [1, 2, 3, 1]
+    with pytest.raises(UserError, match="lists 2 CPUs but threads=1"):
+        server_env(1, "0-1")
+    for bad in ("x", "3-1", "0-", ""):
+        with pytest.raises(UserError, match="is not a CPU list"):
+            cpu_list_size(bad)
+
+
+def test_cpu_seconds_of_a_process_tree_are_read_from_proc():
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = cpu_by_process(process_tree(os.getpid())).get(child.pid)
+            if info and info["cpu_s"] >= 0.25:
+                break
+            time.sleep(0.1)
+        assert child.pid in process_tree(os.getpid()) and os.getpid() in process_tree(os.getpid())
+        assert info["cpu_s"] >= 0.25 and info["threads"] >= 1 and info["name"].startswith("python")
+    finally:
+        child.kill()
+        child.wait()
