@@ -535,22 +535,6 @@ def test_a_rewards_failed_error_in_a_ray_actor_is_found_behind_rays_error(transf
     assert rewards_failed(RuntimeError("other")) is None
 
 
-@pytest.mark.slow
-def test_task_runner_actor_finds_our_trainer_in_its_own_process(transfer_queue, tmp_path, tiny_qwen3_dir):
-    """verl's TaskRunnerV1 looks the trainer up inside its Ray actor (main_ppo.py:141): ours is
-    registered there (its failure comes from SarlTrainer's own check), verl's is not.
-    Runs last in this module: the actor's `run` closes TransferQueue when it ends."""
-    import ray
-    from verl.trainer.main_ppo import TaskRunnerV1
-
-    config = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)
-    config.algorithm.filter_groups.enable = True
-    with pytest.raises(ray.exceptions.RayTaskError, match="Unknown trainer 'sarl'"):
-        ray.get(TaskRunnerV1.remote().run.remote(config))
-    with pytest.raises(ray.exceptions.RayTaskError, match="disable filter_groups"):
-        ray.get(SarlTaskRunner.remote().run.remote(config))
-
-
 def test_the_trainer_module_registers_pasc_grpos_advantage_estimator():
     """verl computes advantages in the TaskRunner process, which imports this module."""
     from verl.trainer.ppo import core_algos
@@ -635,8 +619,10 @@ def test_tags_are_redrawn_per_sampled_prompt_seeded_by_row_and_epoch(tmp_path, t
         )
         seen[step] = got
     assert seen[1] == seen[2] and seen[3] != seen[1]  # one draw per epoch
-    off = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math")
+    off = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")  # off by default
     assert off.trainer.v1[TRAINER_NAME].resample_tags is False
+    on = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math")  # on in the Structured Reasoning rows
+    assert on.trainer.v1[TRAINER_NAME].resample_tags is True
 
 
 def test_trl_redraws_the_tags_of_a_generation_batch_per_epoch():
@@ -653,3 +639,20 @@ def test_trl_redraws_the_tags_of_a_generation_batch_per_epoch():
     want = [randomized_prompt(f"question {i}", seed=5, key=draw_key(f"r{i}", 1)) for i in range(2)]
     assert [r["prompt"][0]["content"] for r in out] == [want[0]] * 3 + [want[1]] * 3  # a group shares its prompt
     assert [json.loads(r["extra_info_json"])["user_prompt"] for r in out] == [want[0]] * 3 + [want[1]] * 3
+
+
+@pytest.mark.slow
+def test_task_runner_actor_finds_our_trainer_in_its_own_process(transfer_queue, tmp_path, tiny_qwen3_dir):
+    """verl's TaskRunnerV1 looks the trainer up inside its Ray actor (main_ppo.py:141): ours is
+    registered there (its failure comes from SarlTrainer's own check), verl's is not.
+    Must stay the last test of this module: the actor's `run` closes TransferQueue when it ends, and a later
+    test that uses TransferQueue would wait on it forever."""
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    config = verl_config(tmp_path, tiny_qwen3_dir, *TTRL4)
+    config.algorithm.filter_groups.enable = True
+    with pytest.raises(ray.exceptions.RayTaskError, match="Unknown trainer 'sarl'"):
+        ray.get(TaskRunnerV1.remote().run.remote(config))
+    with pytest.raises(ray.exceptions.RayTaskError, match="disable filter_groups"):
+        ray.get(SarlTaskRunner.remote().run.remote(config))
