@@ -65,3 +65,15 @@ def test_two_rows_at_one_position_of_a_table_are_a_problem(tmp_path):
     write(tmp_path, "a", "paper:\n  tables:\n    - {table: T, position: 1, group: '', label: a}\n")
     write(tmp_path, "b", "paper:\n  tables:\n    - {table: T, position: 1, group: '', label: b}\n")
     assert metadata_problems(tmp_path) == ["T position 1: both a and b; give each row its own"]
+
+
+def test_the_readme_paper_rows_table_lists_every_exp_file():
+    """The README's table is written by hand; this keeps it to the conf/exp/ files, one line each."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Paper rows") : readme.index("## Where things are")]
+    listed = re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M)
+    assert len(listed) == len(set(listed)), "a row is listed twice"
+    assert sorted(listed) == sorted(experiments()), "README's paper-rows table and conf/exp/ differ"
