@@ -75,16 +75,24 @@ def register_recipes(store: Any = None) -> None:
 def compose_synthesize_config(overrides: list[str]) -> DictConfig:
     """conf/synthesize.yaml with Hydra overrides; a misspelt key or an unknown recipe is a UserError."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     register_recipes()
+    # sarl.data.prepare registers a `dataset` config group in Hydra's process-wide ConfigStore when it is
+    # imported; here `dataset` is a plain key (source=prepared), which Hydra would read as that group
+    repo = ConfigStore.instance().repo
+    hidden = repo.pop("dataset", None)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_synthesize"):
             cfg = compose(config_name="synthesize", overrides=overrides)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:  # Hydra's search path adds nothing for the user
         raise UserError(composition_error_message(err).split(", Config search path")[0]) from err
+    finally:
+        if hidden is not None:
+            repo["dataset"] = hidden
     cfg.out_dir = str(Path(str(cfg.out_dir)).resolve())
     return cfg
 

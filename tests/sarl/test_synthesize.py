@@ -589,7 +589,9 @@ def test_teacher_url_auto_starts_and_stops_a_vllm_server(tmp_path):
 
 def test_sources_prepared_set_and_s1k(tmp_path):
     """source=prepared reads a set of `python -m sarl.data.prepare` (the question is the prompt without the
-    data config's suffix); source=s1k takes the gold from the reference solution's last \\boxed{}."""
+    data config's suffix); source=s1k takes the gold from the reference solution's last \\boxed{}. Composed
+    after sarl.data.prepare is imported (it registers a `dataset` config group process-wide)."""
+    import sarl.data.prepare  # noqa: F401
     from sarl.data.synthesize import load_problems
 
     suffix = " Let's think step by step and output the final answer within \\boxed{}."
