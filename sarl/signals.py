@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+from pathlib import Path
 from types import FrameType
 from typing import Iterator
 
@@ -68,3 +69,15 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def run_in_own_group(cmd: list[str], cwd: str | Path, env: dict[str, str], grace_s: float = 60) -> int:
+    """Run `cmd` as the leader of a new session and wait for its exit code; on any exception here (Ctrl-C, a
+    SIGTERM turned into an exception, ...) its whole process group is stopped (`stop_process_group`), so a
+    launcher (verl's Ray driver, torchrun) never outlives the command that started it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_process_group(proc, grace_s=grace_s)  # SIGTERM to the child's group, SIGKILL if it is still there
+        raise

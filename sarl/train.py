@@ -14,7 +14,6 @@ import contextlib
 import importlib
 import logging
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from sarl.runs import (  # noqa: F401
     wandb_key_available,
     wandb_record,
 )
-from sarl.signals import stop_process_group
+from sarl.signals import run_in_own_group
 
 log = logging.getLogger("sarl.train")
 
@@ -189,12 +188,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         if "wandb" in cfg.logger.backends:
             wandb_record(cfg, meta, run_dir, env)
         log.info("launching: %s", shlex.join(cmd))
-        proc = subprocess.Popen(cmd, cwd=run_dir, env=env, start_new_session=True)
-        try:
-            return proc.wait()
-        except BaseException:
-            stop_process_group(proc, grace_s=60)  # SIGTERM to verl's group, SIGKILL if it is still there
-            raise
+        return run_in_own_group(cmd, cwd=run_dir, env=env)  # Ctrl-C stops verl's whole group
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fakes import fake_vllm_python
 
-from sarl.signals import Terminated, signals_as_exceptions
+from sarl.signals import Terminated, run_in_own_group, signals_as_exceptions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -147,3 +147,39 @@ def test_sigterm_to_train_stops_verl_and_the_embedding_server_and_exits_143(tmp_
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-4000:]
     assert "received SIGTERM" in stderr and "Traceback" not in stderr
     assert not left, f"process groups still running: {left}"
+
+
+def test_run_in_own_group_returns_the_exit_code_and_stops_the_whole_group_on_an_exception(tmp_path):
+    """What sarl.train (verl) and the verl SFT launch (torchrun) share: the child leads its own group; an exception
+    while waiting (here SIGALRM turned into one) stops the child and what it started, then propagates."""
+    assert run_in_own_group([sys.executable, "-c", "raise SystemExit(3)"], cwd=tmp_path, env=dict(os.environ)) == 3
+    pidfile = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+
+    def boom(*_):
+        raise TimeoutError("stop waiting")
+
+    previous = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(6)  # time for the child to start its grandchild, even on a loaded machine
+    try:
+        with pytest.raises(TimeoutError):
+            run_in_own_group([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), grace_s=5)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{grandchild}/stat") as f:  # a zombie waiting for its reaper is gone too
+            if f.read().split(") ")[1].startswith("Z"):
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the grandchild {grandchild} outlived its group")

@@ -167,15 +167,16 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def compose_verl_base() -> DictConfig:
-    """verl's packaged `ppo_trainer` config, composed by Hydra exactly as `verl.trainer.main_ppo` does."""
+def compose_verl_base(config_name: str = "ppo_trainer") -> DictConfig:
+    """verl's packaged config `config_name`, composed by Hydra exactly as verl's entry point composes it:
+    `ppo_trainer` (`verl.trainer.main_ppo`), `sft_trainer_engine` (`verl.trainer.sft_trainer`)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
         raise RuntimeError("compose_verl_base must run outside another Hydra context")
     with initialize_config_module("verl.trainer.config", version_base=None):
-        return compose("ppo_trainer")
+        return compose(config_name)
 
 
 def build_verl_config(

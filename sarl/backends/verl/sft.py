@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl.sft import sft_max_length
-from sarl.backends.verl.config import _flatten
+from sarl.backends.verl.config import _flatten, compose_verl_base
 from sarl.errors import UserError
 
 VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
@@ -92,19 +92,8 @@ def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str,
     return values
 
 
-def compose_verl_sft_base() -> DictConfig:
-    """verl's packaged `sft_trainer_engine` config, composed as `verl.trainer.sft_trainer` composes it."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        raise RuntimeError("compose_verl_sft_base must run outside another Hydra context")
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        return compose("sft_trainer_engine")
-
-
 def build_verl_sft_config(cfg: DictConfig, run_dir: str, experiment: str) -> DictConfig:
-    base = compose_verl_sft_base()
+    base = compose_verl_base("sft_trainer_engine")
     OmegaConf.set_struct(base, True)
     for key, value in verl_sft_values(cfg, run_dir, experiment).items():
         try:
@@ -203,10 +192,9 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     """Write verl's SFT config and the traces' parquet into the run directory and launch torchrun on them;
     `train.dry_run=true` prints the config and the command only."""
     import shlex
-    import subprocess
 
     from sarl.runs import run_record, wandb_record
-    from sarl.signals import stop_process_group
+    from sarl.signals import run_in_own_group
 
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
     validate_verl_sft_config(config)
@@ -221,9 +209,4 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     (run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(config))
     if "wandb" in cfg.logger.backends:
         wandb_record(cfg, meta, run_dir, env)
-    proc = subprocess.Popen(cmd, cwd=run_dir, env=env, start_new_session=True)
-    try:
-        return proc.wait()
-    except BaseException:
-        stop_process_group(proc, grace_s=60)  # SIGTERM to torchrun's group, SIGKILL if it is still there
-        raise
+    return run_in_own_group(cmd, cwd=run_dir, env=env)  # Ctrl-C stops torchrun's whole group
