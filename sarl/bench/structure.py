@@ -255,26 +255,29 @@ def bench_scale(cfg: DictConfig, console: Console) -> dict:
     return out
 
 
+# The report's columns, in order.
+COLUMNS = (
+    "family",
+    "dim",
+    "method",
+    "ours ms",
+    "baseline ms",
+    "speed-up",
+    "Gram roofline ms",
+    "ours / roofline",
+    "first / later",
+    "peak MB",
+    "same SR",
+    "labels check",
+)
+
+
 def run_structure(cfg: DictConfig, console: Console) -> dict:
     rows = []
     for family in cfg.families:
         rows += bench_family(family, cfg, console)
     table = Table(title=f"structure stage per response (median of {cfg.repeats} alternating repeats)")
-    cols = (
-        "family",
-        "dim",
-        "method",
-        "ours ms",
-        "baseline ms",
-        "speed-up",
-        "Gram roofline ms",
-        "ours / roofline",
-        "first / later",
-        "peak MB",
-        "same SR",
-        "labels check",
-    )
-    for col in cols:
+    for col in COLUMNS:
         table.add_column(col, justify="right")
     for r in rows:
         if r["method"] == "kmeans":

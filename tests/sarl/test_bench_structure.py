@@ -13,24 +13,10 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from sarl.bench.__main__ import effective_config, run
-from sarl.bench.structure import baseline_rewards, make_family, step_counts, step_text_stream
+from sarl.bench.structure import COLUMNS, baseline_rewards, make_family, step_counts, step_text_stream
 from sarl.errors import UserError
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
-COLUMNS = (
-    "family",
-    "dim",
-    "method",
-    "ours ms",
-    "baseline ms",
-    "speed-up",
-    "Gram roofline ms",
-    "ours / roofline",
-    "first / later",
-    "peak MB",
-    "same SR",
-    "labels check",
-)
 
 
 def bench_config(overrides=()):
