@@ -22,6 +22,8 @@ def composition_error_message(err: Exception) -> str:
     """Hydra's or OmegaConf's composition error in one line: its first two lines, or for an unknown option the
     line naming it followed by the valid options."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    search = next((i for i, line in enumerate(lines) if line.startswith("Config search path")), None)
+    lines = lines[:search]  # Hydra's search path (its own config providers) adds nothing for the user
     head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
     if head is not None:  # an unknown option: name the valid ones on the same line
         return " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])

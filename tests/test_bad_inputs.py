@@ -159,6 +159,7 @@ def test_train_names_a_bad_override_in_one_line(overrides, words):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
     for w in words:
         assert w in proc.stderr, (w, proc.stderr)
+    assert "Config search path" not in proc.stderr  # Hydra's own providers say nothing to the user
 
 
 def test_debug_switch_shows_the_traceback():

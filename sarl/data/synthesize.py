@@ -88,8 +88,8 @@ def compose_synthesize_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_synthesize"):
             cfg = compose(config_name="synthesize", overrides=overrides)
         OmegaConf.resolve(cfg)
-    except (HydraException, OmegaConfBaseException) as err:  # Hydra's search path adds nothing for the user
-        raise UserError(composition_error_message(err).split(", Config search path")[0]) from err
+    except (HydraException, OmegaConfBaseException) as err:
+        raise UserError(composition_error_message(err)) from err
     finally:
         if hidden is not None:
             repo["dataset"] = hidden
