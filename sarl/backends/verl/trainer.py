@@ -344,12 +344,15 @@ class SarlTrainer(PPOTrainerSync):
         final = [batch.keys[rows[-1]] for rows in sessions.values()]
         data = tq.kv_batch_get(keys=final, partition_id=batch.partition_id, select_fields=["extra_fields"])
         infos = [e.get("reward_extra_info") if isinstance(e, dict) else None for e in column(data, "extra_fields")]
-        failed = {s: bool((info or {}).get(FAILED_KEY)) for s, info in zip(sessions, infos, strict=True)}
-        failed = self._with_truncated(batch, sessions, failed, metrics)
+        reward_failed = {s: bool((info or {}).get(FAILED_KEY)) for s, info in zip(sessions, infos, strict=True)}
+        failed = self._with_truncated(batch, sessions, reward_failed, metrics)
         min_usable = 1 if self.config.algorithm.adv_estimator == "gae" else 2
         left_out, n_dropped = left_out_sessions(failed, min_usable)
         metrics.update({"reward/left_out": float(len(left_out)), "reward/groups_dropped": float(n_dropped)})
-        self._count_failed_step(batch, len(left_out) == len(sessions), sum(failed.values()), len(sessions), metrics)
+        n_failed = sum(reward_failed.values())
+        n_truncated = sum(failed.values()) - n_failed  # truncated (train.mask_truncated) with a reward
+        unusable = len(left_out) == len(sessions)
+        self._count_failed_step(batch, unusable, n_failed, len(sessions), metrics, n_truncated=n_truncated)
         if not left_out:
             return batch
         gone = {batch.keys[pos] for s in left_out for pos in sessions[s]}
@@ -358,17 +361,20 @@ class SarlTrainer(PPOTrainerSync):
         return batch.select_keys([k for k in batch.keys if k not in gone])
 
     def _count_failed_step(
-        self, batch: KVBatchMeta, unusable: bool, n_failed: int, n_sessions: int, metrics: dict
+        self, batch: KVBatchMeta, unusable: bool, n_failed: int, n_sessions: int, metrics: dict, n_truncated: int = 0
     ) -> None:
         """Counts training batches with no usable reward (`reward/update_skipped`, `reward/failed_streak`).
         Such a batch's update is skipped (`_NoUsableReward`); after
-        `train.max_failed_steps` in a row the run stops (`RewardsFailedError`), as on TRL."""
+        `train.max_failed_steps` in a row the run stops (`RewardsFailedError`), as on TRL. `n_failed` counts
+        the rewards that failed, `n_truncated` the other responses left out for being truncated."""
         self.failed_streak = self.failed_streak + 1 if unusable else 0
         metrics.update({"reward/update_skipped": float(unusable), "reward/failed_streak": float(self.failed_streak)})
         if not unusable:
             return
         what = f"{n_failed} of {n_sessions} rewards failed"
-        if n_failed < n_sessions:
+        if n_truncated:
+            what += f", {n_truncated} truncated responses left out (train.mask_truncated)"
+        if n_failed + n_truncated < n_sessions:
             what += ", no group has two usable ones"
         if self.max_failed_steps is not None and self.failed_streak >= self.max_failed_steps:
             raise RewardsFailedError(

@@ -78,6 +78,21 @@ def test_failed_sessions_and_groups_without_two_usable_ones_are_left_out():
     assert out == {("p", 1), ("q", 0)} and dropped == 0
 
 
+def test_the_stop_message_counts_failed_rewards_and_truncated_responses_apart():
+    """With train.mask_truncated, a batch left with no usable reward names what failed and what was cut."""
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(failed_streak=0, max_failed_steps=1, global_steps=7)
+    with pytest.raises(RewardsFailedError, match=r"last: 0 of 8 rewards failed, 8 truncated responses left out"):
+        SarlTrainer._count_failed_step(state, None, True, 0, 8, {}, n_truncated=8)
+    state.failed_streak = 0
+    with pytest.raises(RewardsFailedError, match=r"last: 3 of 8 rewards failed, 4 truncated .*, no group has two"):
+        SarlTrainer._count_failed_step(state, None, True, 3, 8, {}, n_truncated=4)
+    state.failed_streak = 0
+    with pytest.raises(RewardsFailedError, match=r"last: 8 of 8 rewards failed\)"):
+        SarlTrainer._count_failed_step(state, None, True, 8, 8, {})
+
+
 def test_a_response_is_truncated_when_it_reaches_the_cap_without_an_end_token():
     assert is_truncated([5, 6, 7], cap=3, eos_ids={9})
     assert not is_truncated([5, 6, 9], cap=3, eos_ids={9})  # ends exactly at the cap: complete
