@@ -4,6 +4,8 @@
   TINY_QWEN3) for a given tokenizer, as a config or with seeded random weights, optionally saved with the tokenizer.
 - `verl_config_for`: a composed config and the verl config built from it, validated by the pinned verl.
 - `verl_paper_rows`: the paper rows (conf/exp/ `paper:` blocks, sarl.rows) that run on the verl back end.
+- `smoke_small`, `HELDOUT_SMALL`: the overrides that shrink the smoke run (`+exp=smoke`) for a test.
+- `LoopbackServer`: a threading HTTP server on 127.0.0.1 in a daemon thread, what the fake endpoints run on.
 """
 
 from __future__ import annotations
@@ -11,6 +13,44 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 from typing import Any, Sequence
+
+
+class LoopbackServer:
+    """`handler` served by a threading HTTP server on 127.0.0.1 (`port` 0: a free one) in a daemon thread, started
+    at once; `close()` stops it without waiting for handlers still at work (daemon threads, no block on close)."""
+
+    def __init__(self, handler: type, port: int = 0) -> None:
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False  # handlers still sleeping must not hold teardown
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def smoke_small(response_length: int = 96) -> list[str]:
+    """Overrides that shrink `+exp=smoke` for a test: 2 prompts x 4 rollouts a step, answers cut at
+    `response_length` tokens. The number of steps and the held-out evaluation (`heldout=null`, or
+    HELDOUT_SMALL) are each test's own."""
+    return [
+        "train.rollout_n=4",
+        "train.train_batch_size=2",
+        "train.ppo_mini_batch_size=2",
+        "train.micro_batch_size_per_gpu=8",
+        f"data.max_response_length={response_length}",
+    ]
+
+
+# the smoke run's held-out before/after evaluation at its smallest: 2 prompts x 2 samples
+HELDOUT_SMALL = ["heldout.n_prompts=2", "heldout.samples_per_prompt=2", "heldout.bootstrap=100"]
 
 
 def tiny_qwen3(tokenizer, path: str | Path | None = None, *, weights: bool = False, seed: int = 0, **architecture: Any):

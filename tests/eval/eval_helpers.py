@@ -12,11 +12,12 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import LoopbackServer
 
 from eval.grading import Grader
 
@@ -213,17 +214,11 @@ class FakeChatServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._httpd.block_on_close = False
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(self._handler())
+        self.url = f"http://127.0.0.1:{self._server.port}/v1"
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

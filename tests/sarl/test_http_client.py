@@ -10,11 +10,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 import pytest
+from testkit import LoopbackServer
 
 from eval.generate import GenerationRequest, OpenAIChatGenerator, SamplingConfig
 from eval.openai_client import ChatClient, ChatRequestError
@@ -45,18 +46,12 @@ class TrickleServer:
         self.posts = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._httpd.daemon_threads = True
-        self._httpd.block_on_close = False
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(self._handler(), port)
+        self.url = f"http://127.0.0.1:{self._server.port}"
 
     def close(self) -> None:
         self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -11,12 +11,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from testkit import LoopbackServer
 
 from sarl.embed.local import bundled_minilm_path
 from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
@@ -62,13 +63,9 @@ class FakeEmbeddingServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._httpd.block_on_close = False  # handlers still sleeping must not hold teardown
-        self.port = self._httpd.server_address[1]
+        self._server = LoopbackServer(self._handler_class())
+        self.port = self._server.port
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
 
     def vector(self, text: str) -> np.ndarray:
         """The raw (not normalised) vector this server returns for `text`."""
@@ -102,9 +99,7 @@ class FakeEmbeddingServer:
         return [t for r in self.requests for t in r["input"]]
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, Any]:
         with self._lock:
