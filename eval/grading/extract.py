@@ -29,7 +29,8 @@ def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str 
     (`strip_thinking`); None if there is none (or `text` is not a string).
 
     Linear in the length of `text`: the braces are matched in one pass, so a truncated generation with
-    thousands of unclosed `\\boxed{` costs no more than reading it once.
+    thousands of unclosed `\\boxed{` costs no more than reading it once; boxes after the last `}` are
+    known to be unclosed without matching any brace.
     """
     if not isinstance(text, str):
         return None
@@ -37,8 +38,13 @@ def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str 
     starts = [m.end() for m in _BOX_COMMAND.finditer(text)]
     if not starts:
         return None
-    closing = _matching_braces(text, starts[0])
+    last_close = text.rfind("}")
+    closing: dict[int, int] | None = None  # matched only once a box that can close is reached
     for start in reversed(starts):
+        if start > last_close and text.startswith("{", start):
+            continue  # a braced argument with no "}" after it: unclosed (truncated), as _box_content finds
+        if closing is None:
+            closing = _matching_braces(text, starts[0])
         content = _box_content(text, start, closing)
         if content:
             return content
