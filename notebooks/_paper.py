@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from eval.results import benchmark_average, mean, with_delta
+from sarl.figures import append_row, markdown, new_table, values_frame, write  # noqa: F401 (the notebooks' API)
 from sarl.rows import paper_rows
 
 log = logging.getLogger("notebooks")
@@ -114,45 +115,6 @@ def _wb(results: dict | None) -> dict | None:
 
 def _f(value: Any, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
-
-
-def new_table(name: str, title: str, header: Sequence[str], rows: Sequence[Sequence[str]] = ()) -> pd.DataFrame:
-    """A table: the printed cells as a DataFrame (columns `header`), its file name, title, the numbers behind the
-    cells and what was missing in `attrs`."""
-    t = pd.DataFrame([list(r) for r in rows], columns=list(header), dtype=object)
-    t.attrs.update(name=name, title=title, values={}, missing=[])
-    return t
-
-
-def append_row(table: pd.DataFrame, cells: Sequence[str]) -> None:
-    """Add one printed row at the end of `table` (in place)."""
-    table.loc[len(table)] = list(cells)
-
-
-def values_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """The numbers behind a table's cells: one row per run (`base`, a conf/exp/ name), one column per quantity."""
-    return pd.DataFrame.from_dict(table.attrs["values"], orient="index")
-
-
-def markdown(table: pd.DataFrame) -> str:
-    """The table as the paper prints it: a `###` title, a pipe table of the printed cells, and a line listing
-    what was not available."""
-    header = list(table.columns)
-    lines = [f"### {table.attrs['title']}", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in table.itertuples(index=False)]
-    if table.attrs["missing"]:
-        lines += ["", "Not available (shown as -): " + "; ".join(table.attrs["missing"]) + "."]
-    return "\n".join(lines) + "\n"
-
-
-def write(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """`<name>.md` (markdown(table)) and `<name>.csv` (the printed cells, header first) in `out_dir`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, csv_path = out_dir / f"{table.attrs['name']}.md", out_dir / f"{table.attrs['name']}.csv"
-    md.write_text(markdown(table), encoding="utf-8")
-    table.to_csv(csv_path, index=False, lineterminator="\r\n", encoding="utf-8")
-    return [md, csv_path]
 
 
 def _grouped(table: pd.DataFrame, spec, cells_of) -> None:

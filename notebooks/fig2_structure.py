@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
 import _paper as paper  # noqa: E402
 
+from sarl import figures  # noqa: E402
+
 RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
 RESPONSES = paper.setting("SARL_RESPONSES", "")
 OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
@@ -63,25 +65,13 @@ for key, name, row in bench:
     if before is None or after is None:
         skipped.append(f"{name} ({'base' if before is None else row} has no structure statistics)")
         continue
-    # SARL Fig. 2a: the change of SR after training, relative to the base model, in percent
-    fig2a[name] = {"base": before, "trained": after, "row": row, "change_pct": (after - before) / before * 100.0}
+    fig2a[name] = {"base": before, "trained": after, "row": row, "change_pct": figures.change_pct(before, after)}
 if skipped:
     print("left out of Fig. 2a:", "; ".join(skipped))
 if not fig2a:
     raise SystemExit(f"no benchmark has structure statistics for both the base model and the trained rows in {RESULTS}")
 
-fig, ax = plt.subplots(figsize=(1.6 * len(fig2a) + 2, 3.6))
-xs = range(len(fig2a))
-ax.bar([x - 0.2 for x in xs], [v["base"] for v in fig2a.values()], 0.4, label="Base", color="#b0b0b0")
-ax.bar([x + 0.2 for x in xs], [v["trained"] for v in fig2a.values()], 0.4, label="SARL", color="#4c72b0")
-for x, v in zip(xs, fig2a.values()):
-    ax.annotate(f"{v['change_pct']:+.0f}%", (x + 0.2, v["trained"]), ha="center", va="bottom", fontsize=8)
-ax.set_xticks(list(xs), list(fig2a))
-ax.set_ylabel("mean structure reward SR")
-ax.set_title("Structure reward before and after SARL training")
-ax.legend()
-fig.tight_layout()
-fig.savefig(OUT / "fig2a_structure_reward.png", dpi=120)
+figures.plot_structure_bars(fig2a, OUT / "fig2a_structure_reward.png")
 (OUT / "fig2a.json").write_text(json.dumps({"benchmarks": fig2a, "left_out": skipped}, indent=2), encoding="utf-8")
 print(json.dumps(fig2a, indent=1))
 

@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
 import _paper as paper  # noqa: E402
 
+from sarl import figures  # noqa: E402
+
 RUNS = paper.setting("SARL_RUNS", "")
 TRAINING = paper.setting("SARL_TRAINING", "runs")
 OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
@@ -42,12 +44,7 @@ FIG3_ROWS = {
     "grpo_sarl_math": "SARL",
 }
 
-# The metric of each panel: the TRL back end's name first, then verl's (KL to the reference is verl's kl_loss).
-PANELS = (
-    ("KL to the reference", ("actor/kl", "actor/kl_loss")),
-    ("policy entropy", ("actor/entropy",)),
-    ("response length (tokens)", ("response_length/mean",)),
-)
+PANELS = figures.FIG3_PANELS  # the metric of each panel: TRL's name first, then verl's
 
 
 # %% [markdown]
@@ -56,21 +53,11 @@ PANELS = (
 
 # %%
 def local_history(path: Path) -> list[dict]:
-    """Rows of a metrics.jsonl (a run directory holds it at its top level); a resumed run's repeated steps keep
-    the last record of each step."""
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"{path} does not exist: give a run directory with metrics.jsonl or the file itself")
-    by_step = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise SystemExit(f"{path}, line {n}: not valid JSON ({err})") from err
-            by_step[int(row["step"])] = row
-    return [by_step[s] for s in sorted(by_step)]
+    """Rows of a metrics.jsonl (a run directory holds it at its top level), the last record of a repeated step."""
+    try:
+        return figures.read_metrics_history(path)
+    except ValueError as err:
+        raise SystemExit(str(err)) from err
 
 
 def wandb_history(run_path: str) -> list[dict]:
@@ -106,28 +93,9 @@ histories = {
 # ## Plot: one panel per metric, one curve per method
 
 # %%
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
-series = {}
-for ax, (title, names) in zip(axes, PANELS):
-    for label, rows in histories.items():
-        key = next((k for k in names if any(r.get(k) is not None for r in rows)), None)
-        if key is None:
-            print(f"{label}: no {' or '.join(names)} in its history; left out of '{title}'")
-            continue
-        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label)
-        series.setdefault(title, {})[label] = {"key": key, "steps": [p[0] for p in pts], "values": [p[1] for p in pts]}
-    ax.set_title(title)
-    ax.set_xlabel("training step")
-    ax.legend(fontsize=8)
-fig.suptitle("Training dynamics under GRPO (SARL Fig. 3)")
-fig.tight_layout()
-fig.savefig(OUT / "fig3_training_dynamics.png", dpi=120)
+series, left_out = figures.plot_training_dynamics(histories, OUT / "fig3_training_dynamics.png", panels=PANELS)
+for line in left_out:
+    print(line)
 (OUT / "fig3.json").write_text(json.dumps(series, indent=1), encoding="utf-8")
 for title, by_label in series.items():
     print(

@@ -73,6 +73,7 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "heldout.samples_per_prompt": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     "heldout.bootstrap": (lambda v: isinstance(v, int) and v >= 100, "an integer >= 100"),
     "heldout.temperature": (lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
+    "heldout.top_p": (lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
     "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
     "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
 }

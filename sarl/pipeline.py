@@ -18,6 +18,8 @@ A stage that ends with exit 0 and a final checkpoint gets a done marker (`stage_
 checkpoint); a stage is finished when its marker and the checkpoint it names exist, and a rerun with the
 same `run_dir` skips it. `init_from: NAME` sets `model.path` and `model.tokenizer_path` to NAME's final
 checkpoint (a Hugging Face directory: TRL's `final/`, verl SFT's `global_step_N/huggingface`).
+Stages without `init_from` all start from the row's own model: `+exp=smoke_compare` trains one policy once per
+reward, and its `pipeline_report` (sarl.compare.report) then compares the stages.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ def run_pipeline(
             f"stage overrides for {', '.join(unknown)}: this pipeline's stages are "
             f"{', '.join(s['name'] for s in stages)}"
         )
+    report = pipeline_report(str(cfg.pipeline_report)) if cfg.get("pipeline_report") else None  # checked first
     user = [o for o in common if not o.startswith(("run_dir=", "pipeline="))]
     dry_run = bool(cfg.train.dry_run)
     checkpoints: dict[str, Path] = {}
@@ -186,4 +189,20 @@ def run_pipeline(
         (run_dir / "pipeline.json").write_text(
             json.dumps({"experiment": experiment, "stages": {k: str(v) for k, v in checkpoints.items()}}, indent=2)
         )
+        if report is not None:
+            report(run_dir, {s["name"]: run_dir / s["name"] for s in stages})
     return 0
+
+
+def pipeline_report(dotted: str) -> Callable[[Path, dict[str, Path]], None]:
+    """The function `pipeline_report` names (`module.function`); UserError if it cannot be imported."""
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):
+        fn = None
+    if not callable(fn):
+        raise UserError(f"pipeline_report={dotted!r}: not an importable function (module.function)")
+    return fn

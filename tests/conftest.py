@@ -11,6 +11,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")
+def policy_cache(tmp_path_factory):
+    """A cache directory holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
+    traces), built once for the whole session: every test that trains it passes model.build.cache_dir=<this>."""
+    import json
+    from pathlib import Path
+
+    from sarl.backends.trl.run import policy_path
+    from sarl.train import compose_train_config
+
+    cache = tmp_path_factory.mktemp("policies")
+    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
+    info = json.loads((Path(policy_path(cfg)) / "policy.json").read_text())
+    assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
+    return cache
+
+
+@pytest.fixture(scope="session")
 def byte_tokenizer():
     """A real byte-level BPE tokenizer trained here on a few lines (no hub needed), laid out like
     Qwen3's: newlines survive, `<think>`/`</think>` are added tokens that are not special, so

@@ -151,6 +151,7 @@ def train(*overrides):
         (["+exp=grpo_sarl_math", "train.rollout_n=-8"], ["train.rollout_n=-8", "an integer >= 1"]),
         (["+exp=grpo_sarl_math", "train.dry_run=maybe"], ["train.dry_run='maybe'", "true or false"]),
         (["+exp=grpo_sarl_math", "embedding_server.gpu_memory_utilization=5"], ["gpu_memory_utilization=5"]),
+        (["+exp=smoke", "train.micro_batch_size_per_gpu=5"], ["micro_batch_size_per_gpu x processes = 5"]),
     ],
 )
 def test_train_names_a_bad_override_in_one_line(overrides, words):

@@ -12,7 +12,7 @@ from rich.console import Console
 from sarl.bench.common import machine, print_machine, thread_settings
 from sarl.errors import UserError, report_user_errors
 
-SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow")
+SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect")
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
@@ -25,7 +25,7 @@ def effective_config(cfg: DictConfig) -> DictConfig:
     return section
 
 
-def run(cfg: DictConfig, console: Console) -> dict:
+def run(cfg: DictConfig, console: Console, out_dir: Path | None = None) -> dict:
     section = effective_config(cfg)
     start = machine()
     print_machine(console, "start", start)
@@ -46,6 +46,10 @@ def run(cfg: DictConfig, console: Console) -> dict:
             from sarl.bench.embed_http import run_embed_http
 
             result = run_embed_http(section, console)
+        elif cfg.suite == "smoke_effect":
+            from sarl.bench.smoke_effect import run_smoke_effect
+
+            result = run_smoke_effect(section, console, out_dir=out_dir)
         else:
             from sarl.bench.maxflow import run_maxflow
 
@@ -66,8 +70,9 @@ def run(cfg: DictConfig, console: Console) -> dict:
 @report_user_errors("sarl.bench")
 def main(cfg: DictConfig) -> None:
     console = Console(width=170)
-    results = run(cfg, console)
-    out = Path(hydra.core.hydra_config.HydraConfig.get().runtime.output_dir) / "bench.json"
+    out_dir = Path(hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
+    results = run(cfg, console, out_dir)
+    out = out_dir / "bench.json"
     out.write_text(json.dumps(results, indent=2, default=float))
     console.print(f"results in {out}")
 

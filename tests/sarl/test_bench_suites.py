@@ -130,3 +130,35 @@ def test_cpu_seconds_of_a_process_tree_are_read_from_proc():
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.slow
+def test_quick_smoke_effect_suite_reads_each_seeds_heldout_block(policy_cache, tmp_path):
+    """One seed of the smoke run at its smallest, in its own process; the table and the verdicts come from the run's
+    summary.json (the seed-level claim itself is the full suite's, reported in docs/results.md, not asserted here)."""
+    from sarl.bench.smoke_effect import verdicts
+
+    console = Console(record=True, width=400)
+    cfg = bench_config(["suite=smoke_effect", "quick=true", "smoke_effect.fresh_policy=false"])
+    cfg.smoke_effect.cache_dir = str(policy_cache)
+    out = run(cfg, console, tmp_path)["smoke_effect"]
+    (row,) = out["seeds"]
+    assert row["seed"] == 0 and row["steps"] == 1 and row["wall_s"] > 0
+    assert (row["heldout"]["prompts"], row["heldout"]["samples_per_prompt"]) == (2, 2)
+    assert row["verdicts"] == verdicts(row["heldout"])
+    assert (tmp_path / "seed0" / "train.log").is_file()
+    text = console.export_text()
+    for col in ("ΔSR [95% CI]", "Δacc. [95% CI]", "repeated tags", "SR up", "acc. holds", "load average"):
+        assert col in text
+
+
+def test_smoke_effect_verdicts():
+    from sarl.bench.smoke_effect import verdicts
+
+    def block(sr_ci, acc, acc_ci):
+        return {"delta": {"sr_delta_ci95": sr_ci, "accuracy": acc, "accuracy_delta_ci95": acc_ci}}
+
+    assert verdicts(block([0.01, 0.09], -0.01, [-0.05, 0.03])) == {"sr_up": True, "accuracy_holds": True}
+    assert verdicts(block([-0.01, 0.09], -0.10, [-0.16, -0.04])) == {"sr_up": False, "accuracy_holds": False}
+    # a fall no larger than the interval's half width holds even when the interval sits just below zero
+    assert verdicts(block([0.02, 0.05], -0.03, [-0.07, -0.001]))["accuracy_holds"]

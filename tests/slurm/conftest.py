@@ -2,7 +2,6 @@
 session in a temporary directory and stopped by its pid files (slurm.local_cluster)."""
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -34,12 +33,6 @@ def slurm_cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def launch_policy_cache(tmp_path_factory):
-    """The smoke policy built once (the jobs read it from this cache instead of each building it)."""
-    from sarl.backends.trl.run import policy_path
-    from sarl.train import compose_train_config
-
-    cache = tmp_path_factory.mktemp("launch_policies")
-    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
-    assert (Path(policy_path(cfg)) / "policy.json").exists()
-    return cache
+def launch_policy_cache(policy_cache):
+    """The smoke policy built once (tests/conftest.py): the jobs read it from this cache instead of each building it."""
+    return policy_cache

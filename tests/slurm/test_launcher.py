@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import submitit
 from submitit.slurm.slurm import _make_sbatch_string
+from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
 from sarl.train import compose_train_config, main
@@ -39,15 +40,7 @@ from slurm.launcher import (
     train_argv,
 )
 
-SMALL = [
-    "train.rollout_n=4",
-    "train.train_batch_size=2",
-    "train.ppo_mini_batch_size=2",
-    "train.micro_batch_size_per_gpu=8",
-    "data.max_response_length=96",
-    "logger=none",
-    "heldout=null",
-]
+SMALL = [*smoke_small(), "logger=none", "heldout=null"]
 LOCAL_CLUSTER = [
     "launcher=slurm_h100",
     "launcher.partition=debug",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
 from slurm.node import allocation_argv, main, node_settings, parse_args
@@ -19,16 +20,7 @@ from slurm.node import allocation_argv, main, node_settings, parse_args
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "slurm" / "sbatch"
 SCRIPTS = ["verl_single_node.sbatch", "verl_multi_node.sbatch"]
-SMOKE = [
-    "+exp=smoke",
-    "train.rollout_n=4",
-    "train.train_batch_size=2",
-    "train.ppo_mini_batch_size=2",
-    "train.micro_batch_size_per_gpu=8",
-    "data.max_response_length=96",
-    "logger=none",
-    "heldout=null",
-]
+SMOKE = ["+exp=smoke", *smoke_small(), "logger=none", "heldout=null"]
 # the local cluster's shape instead of the scripts' H100 nodes (command-line options win over #SBATCH lines)
 LOCAL_CLUSTER = ["--partition=debug", "--gpus-per-node=0", "--cpus-per-task=2", "--mem=0", "--time=30"]
 

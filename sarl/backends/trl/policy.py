@@ -83,13 +83,20 @@ def read_traces(path: str | Path) -> list[dict]:
     return rows
 
 
-def build_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained on `texts`, with Qwen3's chat markers."""
+def build_tokenizer(texts: list[str], vocab_size: int, individual_digits: bool = False):
+    """A byte-level BPE tokenizer trained on `texts`, with Qwen3's chat markers. With `individual_digits`
+    every digit is a token of its own, as in Qwen3's tokenizer: numbers are not merged into whole-number
+    tokens, which is what lets a tiny model learn digit-wise arithmetic."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if individual_digits
+        else byte_level
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
@@ -166,7 +173,10 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
     from transformers import Qwen3ForCausalLM
 
     spec = dict(spec)
-    key = spec_hash({**spec, "seed": seed})
+    traces_path = Path(spec["traces"])
+    traces_sha256 = hashlib.sha256(traces_path.read_bytes()).hexdigest()
+    # keyed by the traces' content, not their path: every clone and worktree shares one build
+    key = spec_hash({**spec, "traces": traces_sha256, "seed": seed})
     out = Path(cache_dir) / f"tiny_qwen3-{key}"
     if (out / STAMP).exists():
         log.info("policy: reusing %s", out)
@@ -176,11 +186,10 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
         raise ValueError(
             f"model.build.architecture.head_dim must be >= 64 (vLLM's CPU build), got {arch.get('head_dim')}"
         )
-    traces_path = Path(spec["traces"])
     traces = read_traces(traces_path)
     t0 = time.monotonic()
     texts = [m["content"] for t in traces for m in t["prompt"] + t["completion"]]
-    tokenizer = build_tokenizer(texts, int(spec["vocab_size"]))
+    tokenizer = build_tokenizer(texts, int(spec["vocab_size"]), bool(spec.get("individual_digits", False)))
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(qwen3_config(tokenizer, **arch))
     losses = warm_start(model, tokenizer, traces, dict(spec["warm_start"]), seed) if spec["warm_start"]["steps"] else []
@@ -195,7 +204,7 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
     info = {
         "spec": spec,
         "seed": seed,
-        "traces_sha256": hashlib.sha256(traces_path.read_bytes()).hexdigest(),
+        "traces_sha256": traces_sha256,
         "n_parameters": sum(p.numel() for p in model.parameters()),
         "warm_start_loss_first": losses[0] if losses else None,
         "warm_start_loss_last": float(sum(losses[-10:]) / len(losses[-10:])) if losses else None,

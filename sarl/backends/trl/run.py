@@ -55,6 +55,11 @@ def unsupported(cfg: DictConfig) -> str | None:
         )
     if int(cfg.train.get("nnodes", 1)) > 1:
         return "backend=trl runs on one machine; multi-node runs use backend=verl"
+    if algorithm == "grpo":
+        try:
+            batch_plan(cfg.train)
+        except ValueError as err:  # before the policy is built, not a traceback at the first step
+            return f"{err}: change train.micro_batch_size_per_gpu or the batch sizes"
     return None
 
 
@@ -69,9 +74,11 @@ def policy_path(cfg: DictConfig) -> Path | str:
 
     spec = OmegaConf.to_container(build, resolve=True)
     cache_dir = spec.pop("cache_dir")
+    # the build's own seed (model.build.seed): every training seed starts from the same policy; unset, the run's
+    build_seed = spec.pop("seed", None)
     traces = resolve_path(spec["traces"])
     spec["traces"] = str(traces)
-    return build_policy(spec, cache_dir, seed=int(cfg.seed))
+    return build_policy(spec, cache_dir, seed=int(cfg.seed if build_seed is None else build_seed))
 
 
 def prompt_dataset(cfg: DictConfig, tokenizer: Any):
@@ -282,18 +289,18 @@ def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     return wandb_init(cfg, meta, run_dir, env)
 
 
-def _heldout(cfg: DictConfig, run_dir: Path, reward_cfg: dict | None):
-    """The run's held-out evaluation (`heldout` node): SR by the structure reward on the run's embedder."""
+def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict) -> tuple[Any, Any]:
+    """The run's held-out evaluation (`heldout` node): SR by the structure reward on the run's embedder; and that
+    embedder (built once: a training reward with an `embedder` uses the same one)."""
     from hydra.utils import instantiate
 
     from sarl.heldout import HeldOut
 
-    reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
-    embedder = reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True)
-    structure = instantiate({**OmegaConf.to_container(cfg.heldout.structure, resolve=True), "embedder": embedder})
+    embedder = instantiate(reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True))
+    structure = instantiate(OmegaConf.to_container(cfg.heldout.structure, resolve=True), embedder=embedder)
     train_file = cfg.data.get("trl_train_files")  # held-out prompts must not be training prompts
     train_rows = read_jsonl(resolve_path(str(train_file)), "data.trl_train_files") if train_file else None
-    return HeldOut(cfg.heldout, run_dir, structure, train_rows)
+    return HeldOut(cfg.heldout, run_dir, structure, train_rows), embedder
 
 
 def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], reward_cfg: dict | None = None) -> int:
@@ -322,11 +329,12 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         failed_before = failed_rewards_before(metrics_path, int(state["global_step"]))
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
     args = trainer_args(cfg, run_dir)
-    heldout, heldout_before = None, None
+    heldout, heldout_before, embedder = None, None, None
+    reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
     if cfg.get("heldout") and cfg.algorithm.name == "sft":
         log.info("heldout: not evaluated for algorithm=sft (the held-out before/after is for the RL runs)")
     elif cfg.get("heldout"):
-        heldout = _heldout(cfg, run_dir, reward_cfg)
+        heldout, embedder = _heldout(cfg, run_dir, reward_node)
         heldout_before = heldout.before(model, tokenizer)
     wandb_run = _wandb_run(cfg, meta, run_dir, env)
     recorder = MetricsRecorder(metrics_path, wandb_run)
@@ -338,7 +346,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             from sarl.backends.trl.trainer import SarlGRPOTrainer
             from sarl.interface import check_reward
 
-            reward_obj = check_reward(instantiate(reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)))
+            shared = {"embedder": embedder} if embedder is not None and reward_node.get("embedder") else {}
+            reward_obj = check_reward(instantiate(reward_node, **shared))  # one embedder for reward and held-out
             problem = reward_obj.check_ready()
             if problem is not None:
                 log.error("the reward cannot run, stopping before step 1: %s", problem)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testkit import HELDOUT_SMALL, smoke_small
 
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
@@ -21,18 +22,9 @@ pytest.importorskip("trl")
 
 REPO = Path(__file__).resolve().parents[3]
 # Two prompts x four rollouts, short answers, two optimiser steps: the per-reward and DPO runs.
-FAST = [
-    "train.rollout_n=4",
-    "train.train_batch_size=2",
-    "train.ppo_mini_batch_size=2",
-    "train.micro_batch_size_per_gpu=8",
-    "data.max_response_length=96",
-    "backend.max_steps=2",
-]
-
-
+FAST = [*smoke_small(), "backend.max_steps=2"]
 # the held-out before/after evaluation at its smallest (2 prompts x 2 samples); other runs switch it off
-HELDOUT_FAST = ["heldout.n_prompts=2", "heldout.samples_per_prompt=2", "heldout.bootstrap=100"]
+HELDOUT_FAST = HELDOUT_SMALL
 
 
 def smoke(root, cache, *extra, heldout: bool = False):
@@ -63,6 +55,7 @@ def test_batch_plan_maps_verl_batch_sizes_onto_trl():
     cfg, _ = compose_train_config(["+exp=smoke", "train.micro_batch_size_per_gpu=5"])
     with pytest.raises(ValueError, match="multiple of micro_batch_size_per_gpu"):
         batch_plan(cfg.train)
+    assert "change train.micro_batch_size_per_gpu" in unsupported(cfg)  # sarl.train: one line, exit 2
 
 
 def test_ppo_and_vote_subsets_on_trl_fail_at_once_pointing_to_verl():
@@ -83,9 +76,11 @@ def test_dry_run_prints_the_trl_arguments_and_the_command(capsys, tmp_path):
     assert printed["trainer"] == "GRPOTrainer"
     args = printed["args"]
     assert args["num_generations"] == 8 and args["per_device_train_batch_size"] == 16
-    assert args["gradient_accumulation_steps"] == 2 and args["steps_per_generation"] == 2
-    assert args["beta"] == 0.001 and args["epsilon"] == 0.2 and args["max_completion_length"] == 192
-    assert args["learning_rate"] == 5e-5 and args["max_steps"] == 10
+    # 8 prompts x 8 rollouts = 64 sequences a step, 16 per micro batch
+    assert args["gradient_accumulation_steps"] == 4 and args["steps_per_generation"] == 4
+    # conf/exp/smoke.yaml's KL coefficient 0.2 (the paper's 0.001 lets the tiny policy's accuracy drift)
+    assert args["beta"] == 0.2 and args["epsilon"] == 0.2 and args["max_completion_length"] == 192
+    assert args["learning_rate"] == 5e-5 and args["max_steps"] == 60
     assert "-m sarl.train +exp=smoke" in err and "run_dir=" in err
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
@@ -209,6 +204,38 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     gen = model.generate(**enc, max_new_tokens=8, do_sample=False)
     assert gen.shape[1] > enc["input_ids"].shape[1]
     assert model.config.head_dim >= 64 and model.config.architectures == ["Qwen3ForCausalLM"]
+
+
+@pytest.mark.slow
+def test_smoke_compare_trains_each_reward_from_one_policy_and_writes_the_miniatures(policy_cache, tmp_path, capsys):
+    """`+exp=smoke_compare` at its smallest: three stages (SARL, Ground-Truth, TTRL) from the same policy, then
+    the report (sarl.compare) in the pipeline's run directory."""
+    import yaml
+
+    args = ["+exp=smoke_compare", "logger=none", f"paths.root={tmp_path}", f"model.build.cache_dir={policy_cache}"]
+    assert main([*args, *HELDOUT_FAST, *FAST]) == 0
+    run = only_run_dir(tmp_path, "smoke_compare")
+    labels = ["SARL", "Ground-Truth", "TTRL"]
+    rewards = {}
+    for label in labels:
+        rewards[label] = yaml.safe_load((run / label / "config.yaml").read_text())["reward"]["_target_"]
+        assert json.loads((run / label / "summary.json").read_text())["steps"] == 2
+    assert rewards == {
+        "SARL": "sarl.reward.StructureReward",
+        "Ground-Truth": "baselines.ground_truth.GroundTruthReward",
+        "TTRL": "baselines.ttrl.TTRLReward",
+    }
+    blocks = json.loads((run / "compare.json").read_text())
+    assert list(blocks) == labels
+    # the same starting policy, held-out prompts and sampling seed: one "before" for every reward
+    assert blocks["SARL"]["before"] == blocks["Ground-Truth"]["before"] == blocks["TTRL"]["before"]
+    table = [line for line in (run / "table2_mini.md").read_text().splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[1:]] == [f"| {label}" for label in labels]
+    assert set(json.loads((run / "fig3.json").read_text())["KL to the reference"]) == set(labels)
+    assert set(json.loads((run / "fig2a.json").read_text())) == set(labels)
+    for name in ("fig3_training_dynamics.png", "fig2a_structure_reward.png"):
+        assert (run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "SARL Table 2 in miniature" in capsys.readouterr().out
 
 
 REWARDS = [

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 import torch
+from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.rewards import TRLReward
@@ -17,14 +18,7 @@ from sarl.train import compose_train_config, main
 
 pytest.importorskip("trl")
 
-FAST = [
-    "train.rollout_n=4",
-    "train.train_batch_size=2",
-    "train.ppo_mini_batch_size=2",
-    "train.micro_batch_size_per_gpu=8",
-    "data.max_response_length=48",
-    "heldout=null",  # no held-out before/after evaluation (tests/sarl/backends/test_trl_backend.py checks it)
-]
+FAST = [*smoke_small(48), "heldout=null"]  # no held-out evaluation (test_trl_backend.py checks it)
 
 
 def smoke(root, cache, *extra):

@@ -30,6 +30,8 @@ from sarl.interface import RewardsFailedError
 
 pytest.importorskip("trl")
 
+from testkit import smoke_small  # noqa: E402
+
 from sarl.backends.trl.rewards import TRLReward  # noqa: E402
 from sarl.reward import StructureReward  # noqa: E402
 
@@ -190,11 +192,7 @@ def test_training_stops_after_max_failed_steps_when_the_server_is_killed(vllm, p
         f"paths.root={tmp_path}",
         f"model.build.cache_dir={policy_cache}",
         f"run_dir={run_dir}",
-        "train.rollout_n=4",
-        "train.train_batch_size=2",
-        "train.ppo_mini_batch_size=2",
-        "train.micro_batch_size_per_gpu=8",
-        "data.max_response_length=48",
+        *smoke_small(48),
         "heldout=null",
         "backend.max_steps=8",
         "train.max_failed_steps=2",
