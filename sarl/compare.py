@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sarl import figures
 from sarl.errors import UserError
+from sarl.heldout import interval_text
 
 log = logging.getLogger("sarl.compare")
 
@@ -42,20 +43,15 @@ TABLE_HEADER = (
 
 
 def heldout_block(stage_dir: Path) -> dict:
-    """A finished stage's `summary.json` `heldout` block (UserError if the stage measured none)."""
+    """A finished run's `summary.json` `heldout` block (UserError if the run measured none)."""
     path = stage_dir / "summary.json"
     try:
         block = json.loads(path.read_text(encoding="utf-8")).get("heldout")
     except (OSError, ValueError) as err:
         raise UserError(f"{path}: cannot read the stage's summary ({err})") from err
     if not block:
-        raise UserError(f"{path}: no 'heldout' block; a reward comparison needs heldout.files set in every stage")
+        raise UserError(f"{path}: no 'heldout' block; the run measured no held-out prompts (heldout.files unset?)")
     return block
-
-
-def _interval(delta: float, ci: list[float], places: int) -> str:
-    lo, hi = ci
-    return f"{delta:+.{places}f} [{lo:+.{places}f}, {hi:+.{places}f}]"
 
 
 def comparison_table(blocks: dict[str, dict]):
@@ -71,10 +67,10 @@ def comparison_table(blocks: dict[str, dict]):
                 label,
                 f"{b['accuracy']:.3f}",
                 f"{a['accuracy']:.3f}",
-                _interval(d["accuracy"], d["accuracy_delta_ci95"], 3),
+                interval_text(d["accuracy"], d["accuracy_delta_ci95"], 3),
                 f"{b['sr_mean']:.4f} ± {b['sr_se']:.4f}",
                 f"{a['sr_mean']:.4f} ± {a['sr_se']:.4f}",
-                _interval(d["sr_mean"], d["sr_delta_ci95"], 4),
+                interval_text(d["sr_mean"], d["sr_delta_ci95"], 4),
                 f"{a['boxed']:.3f}",
                 f"{a['truncated']:.3f}",
             ],

@@ -273,6 +273,12 @@ class HeldOut:
         }
 
 
+def interval_text(delta: float, ci: Sequence[float], places: int) -> str:
+    """A difference with its interval as every report prints it: `+0.1057 [+0.0476, +0.1606]`."""
+    lo, hi = ci
+    return f"{delta:+.{places}f} [{lo:+.{places}f}, {hi:+.{places}f}]"
+
+
 def table(block: dict[str, Any]) -> Any:
     """A rich table of the `heldout` block: each figure before, after and the difference."""
     from rich.table import Table
@@ -281,16 +287,17 @@ def table(block: dict[str, Any]) -> Any:
     t = Table(title=f"held-out prompts: {block['prompts']} x {block['samples_per_prompt']} samples")
     for col in ("", "before", "after", "after - before"):
         t.add_column(col, justify="right" if col else "left")
-    lo, hi = d["sr_delta_ci95"]
     t.add_row(
         "SR",
         f"{b['sr_mean']:.4f} ± {b['sr_se']:.4f}",
         f"{a['sr_mean']:.4f} ± {a['sr_se']:.4f}",
-        f"{d['sr_mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]",
+        interval_text(d["sr_mean"], d["sr_delta_ci95"], 4),
     )
-    alo, ahi = d["accuracy_delta_ci95"]
     t.add_row(
-        "accuracy", f"{b['accuracy']:.3f}", f"{a['accuracy']:.3f}", f"{d['accuracy']:+.3f} [{alo:+.3f}, {ahi:+.3f}]"
+        "accuracy",
+        f"{b['accuracy']:.3f}",
+        f"{a['accuracy']:.3f}",
+        interval_text(d["accuracy"], d["accuracy_delta_ci95"], 3),
     )
     for name, fmt in (
         ("n_steps", ".2f"),

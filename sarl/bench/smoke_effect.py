@@ -23,7 +23,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from sarl.compare import heldout_block
 from sarl.errors import UserError
+from sarl.heldout import interval_text
 
 
 def run_seed(section: DictConfig, seed: int, root: Path, cache_dir: Path) -> dict:
@@ -50,10 +52,8 @@ def run_seed(section: DictConfig, seed: int, root: Path, cache_dir: Path) -> dic
     summaries = sorted((root / "runs" / str(section.exp)).glob("*/summary.json"))
     if not summaries:
         raise UserError(f"seed {seed}: the run wrote no summary.json under {root / 'runs'}; see {log}")
-    summary = json.loads(summaries[-1].read_text())
-    if not summary.get("heldout"):
-        raise UserError(f"seed {seed}: {summaries[-1]} has no 'heldout' block (heldout=null?)")
-    return {"seed": seed, "wall_s": round(wall, 1), "steps": summary["steps"], "heldout": summary["heldout"]}
+    steps = json.loads(summaries[-1].read_text())["steps"]
+    return {"seed": seed, "wall_s": round(wall, 1), "steps": steps, "heldout": heldout_block(summaries[-1].parent)}
 
 
 def verdicts(heldout: dict) -> dict[str, bool]:
@@ -70,17 +70,16 @@ def report_table(rows: list[dict]) -> Table:
         t.add_column(col, justify="right")
     for r in rows:
         b, a, d = r["heldout"]["before"], r["heldout"]["after"], r["heldout"]["delta"]
-        (slo, shi), (alo, ahi) = d["sr_delta_ci95"], d["accuracy_delta_ci95"]
         v = r["verdicts"]
         t.add_row(
             str(r["seed"]),
             f"{r['wall_s']:.0f}",
             f"{b['sr_mean']:.4f}",
             f"{a['sr_mean']:.4f}",
-            f"{d['sr_mean']:+.4f} [{slo:+.4f}, {shi:+.4f}]",
+            interval_text(d["sr_mean"], d["sr_delta_ci95"], 4),
             f"{b['accuracy']:.3f}",
             f"{a['accuracy']:.3f}",
-            f"{d['accuracy']:+.3f} [{alo:+.3f}, {ahi:+.3f}]",
+            interval_text(d["accuracy"], d["accuracy_delta_ci95"], 3),
             f"{b['boxed']:.3f} -> {a['boxed']:.3f}",
             f"{b['truncated']:.3f} -> {a['truncated']:.3f}",
             f"{b['repeated_tags']:.3f} -> {a['repeated_tags']:.3f}",
