@@ -342,12 +342,18 @@ def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process
         ) as head:
             wait_for_ray_nodes(1, address, 240, head)
             assert head.poll() is None
-            assert (Path(ray_tmp) / "ray" / "ray_current_cluster").read_text().strip() == address
+            # `ray start` writes the record only after its node is up (ray 2.60 ray/scripts/scripts.py, start:
+            # write_ray_address after Node(...)), so a client can see the node before the record exists.
+            record = Path(ray_tmp) / "ray" / "ray_current_cluster"
+            deadline = time.monotonic() + 60
+            while not record.exists() and head.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert record.read_text().strip() == address
         deadline = time.monotonic() + 30
         while _group_alive(head.pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not _group_alive(head.pid)
-        assert not (Path(ray_tmp) / "ray" / "ray_current_cluster").exists()
+        assert not record.exists()
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
