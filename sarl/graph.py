@@ -3,8 +3,8 @@
 Two implementations of the same definitions:
 - `reasoning_map`, `clustering_coefficient`, `average_path_length`, `structure_reward`:
   the readable networkx reference, one response at a time.
-- `graph_metrics_batch`: the same numbers for many responses at once with padded
-  adjacency tensors (the training hot path). Tests check that both agree.
+- `graph_metrics_batch`: the same numbers for many responses at once in one compiled
+  loop (`sarl.kernels`; the training hot path). Tests check that both agree.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Sequence
 
 import networkx as nx
 import numpy as np
+
+from sarl.kernels import graph_metrics_flat
 
 VARIANTS = ("sarl", "c_only", "l_only")
 
@@ -93,62 +95,12 @@ class GraphMetrics:
         return _combine(c_term, l_term, variant)
 
 
-def _dense_labels(labels: np.ndarray) -> np.ndarray:
-    """Relabel to 0..n-1 in order of first occurrence."""
-    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first, kind="stable"), kind="stable")
-    return order[inverse]
-
-
-def graph_metrics_batch(label_seqs: Sequence[np.ndarray], chunk_size: int = 512) -> GraphMetrics:
-    """C, L, node and edge counts of every response's reasoning map, batched.
-
-    Responses are sorted by node count and processed in chunks of padded adjacency
-    tensors, so the cost is a few small batched matrix products per chunk.
-    """
-    n = len(label_seqs)
-    dense = [
-        _dense_labels(np.asarray(s, dtype=np.int64).ravel()) if len(s) else np.zeros(0, np.int64) for s in label_seqs
-    ]
-    n_nodes = np.array([int(d.max()) + 1 if d.size else 0 for d in dense], dtype=np.int64)
-    C = np.zeros(n, dtype=np.float64)
-    L = np.full(n, np.nan, dtype=np.float64)
-    n_edges = np.zeros(n, dtype=np.int64)
-    order = np.argsort(n_nodes, kind="stable")
-    for start in range(0, n, chunk_size):
-        idx = order[start : start + chunk_size]
-        k = int(n_nodes[idx].max()) if idx.size else 0
-        if k < 2:
-            continue  # at most one node everywhere: no edge, C = 0, L undefined
-        A = np.zeros((idx.size, k, k), dtype=np.float32)
-        for row, i in enumerate(idx):
-            seq = dense[i]
-            a, b = seq[:-1], seq[1:]
-            moved = a != b
-            A[row, a[moved], b[moved]] = 1.0
-            A[row, b[moved], a[moved]] = 1.0
-        deg = A.sum(-1, dtype=np.float64)
-        n_edges[idx] = (deg.sum(-1) / 2).astype(np.int64)
-        # Eq. (4): triangles through v = (A^3)_vv / 2; local C_v = 2 T_v / (d_v (d_v - 1)).
-        # (A^3)_vv = sum_k (A^2)_vk A_kv, A symmetric: one batched product and a row sum (integers, exact).
-        tri = (np.matmul(A, A) * A).sum(-1, dtype=np.float64) / 2.0
-        nontrivial = deg >= 2
-        local = np.where(nontrivial, 2.0 * tri / np.maximum(deg * (deg - 1), 1.0), 0.0)
-        n_nt = nontrivial.sum(-1)
-        # Sequential sum: padding nodes sit at the end and add exact zeros, so a response's
-        # C is bit-identical whatever chunk it lands in.
-        C[idx] = np.where(n_nt > 0, np.cumsum(local, -1)[:, -1] / np.maximum(n_nt, 1), 0.0)
-        # Eq. (5): hop distances by breadth-first frontier expansion on all sources at once.
-        reached = np.broadcast_to(np.eye(k, dtype=bool), A.shape).copy()
-        frontier = reached.copy()
-        dist_sum = np.zeros(idx.size, dtype=np.float64)
-        for hop in range(1, k):
-            frontier = (np.matmul(frontier.astype(np.float32), A) > 0) & ~reached
-            count = frontier.sum((-1, -2))
-            if not count.any():
-                break
-            dist_sum += hop * count
-            reached |= frontier
-        pairs = reached.sum((-1, -2)) - k  # drop the k diagonal (self) entries
-        L[idx] = np.where(pairs > 0, dist_sum / np.maximum(pairs, 1), np.nan)
+def graph_metrics_batch(label_seqs: Sequence[np.ndarray]) -> GraphMetrics:
+    """C, L, node and edge counts of every response's reasoning map (SARL Eqs. 4-5), one compiled loop over
+    the responses (`sarl.kernels.graph_metrics_flat`); the same numbers as the networkx reference above."""
+    seqs = [np.asarray(s, dtype=np.int64).ravel() for s in label_seqs]
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=offsets[1:])
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    C, L, n_nodes, n_edges = graph_metrics_flat(np.ascontiguousarray(flat, dtype=np.int64), offsets)
     return GraphMetrics(C=C, L=L, n_nodes=n_nodes, n_edges=n_edges)

@@ -2,9 +2,9 @@
 
 Baseline, per response: scikit-learn `KMeans(n_clusters=k, n_init="auto", random_state=seed)` or
 `HDBSCAN(min_cluster_size, min_samples)`, then the networkx reasoning map and SR (SARL Eqs. 4-6), nothing
-else. Ours: `structure_rewards_from_embeddings` on the whole batch. Roofline: the batched Gram-matrix
-products alone (responses of equal length stacked, one matmul per stack), the one large product both
-clustering methods start from. Both sides run under the same thread limits; each figure is the median of
+else. Ours: `structure_rewards_from_embeddings` on the whole batch. Roofline: the Gram-matrix
+products alone (X X^T per response in the embeddings' precision), the one large product both clustering
+methods start from. Both sides run under the same thread limits; each figure is the median of
 alternating repeats (ours, baseline, ours, baseline, ...).
 
 Three data families, every one with step counts drawn from the spread of real responses:
@@ -233,6 +233,41 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
     return rows
 
 
+_IMPORT_KERNELS = "import time; t = time.perf_counter(); import sarl.kernels; print(time.perf_counter() - t)"
+
+
+def kernel_startup() -> dict:
+    """Seconds to import the compiled kernels (sarl.kernels) in a fresh process: `cold` compiles them into an
+    empty cache (what the first import after installing pays, once), `warm` loads them from that cache (what
+    every later process pays, at import, before its first call). numba itself is imported first, untimed."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="sarl-numba-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for name in ("cold", "warm"):
+            done = subprocess.run(
+                [sys.executable, "-c", "import numba; " + _IMPORT_KERNELS],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=str(ROOT),
+            )
+            out[f"{name}_import_s"] = float(done.stdout.split()[-1])
+    return out
+
+
+def kernel_scratch_mb(embs: list[np.ndarray]) -> float:
+    """Largest scratch the compiled kernels allocate for one response (numba's allocator, not seen by
+    tracemalloc): the M x M float64 distance matrix and the k x M sums of KMeans, for the longest response."""
+    m = max((len(x) for x in embs), default=0)
+    return (m * m + kmeans_k(m) * m) * 8 / 2**20 if m else 0.0
+
+
 def bench_scale(cfg: DictConfig, console: Console) -> dict:
     """Ours alone on a training-size batch: first call vs later calls and the peak memory."""
     embs, _ = make_family("random", cfg, cfg.scale_responses, cfg.seed + 1)
@@ -252,6 +287,8 @@ def bench_scale(cfg: DictConfig, console: Console) -> dict:
             "first_over_later": first / median(later),
             "peak_mb": peak_memory_mb(ours),
         }
+    out["kernel_scratch_mb"] = kernel_scratch_mb(embs)
+    out["startup"] = kernel_startup()
     return out
 
 
@@ -325,4 +362,11 @@ def run_structure(cfg: DictConfig, console: Console) -> dict:
                 f"{s['peak_mb']:.0f}",
             )
         console.print(t)
+        st = scale["startup"]
+        console.print(
+            f"peak MB above: tracemalloc peak of one call; the compiled kernels' scratch (not traced) is at most "
+            f"{scale['kernel_scratch_mb']:.1f} MB, for the longest response. Kernels are compiled when sarl.kernels "
+            f"is imported: {st['cold_import_s']:.2f} s into an empty cache (once per installation), "
+            f"{st['warm_import_s']:.2f} s from the cache (every later process, before its first call)."
+        )
     return {"rows": rows, "scale": scale}

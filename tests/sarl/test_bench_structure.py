@@ -71,7 +71,10 @@ def test_quick_structure_suite_prints_every_column_and_labels_agree():
     planted = next(r for r in rows if r["family"] == "planted" and r["method"] == "kmeans")
     assert planted["ari_ours_truth"] >= 0.9
     assert next(r for r in rows if r["family"] == "minilm")["dim"] == 384
-    assert set(out["structure"]["scale"]["kmeans"]) == {"first_ms", "later_ms", "first_over_later", "peak_mb"}
+    scale = out["structure"]["scale"]
+    assert set(scale["kmeans"]) == {"first_ms", "later_ms", "first_over_later", "peak_mb"}
+    assert scale["startup"]["cold_import_s"] > 0 and scale["startup"]["warm_import_s"] > 0
+    assert "into an empty cache" in text and scale["kernel_scratch_mb"] > 0
 
 
 def test_unknown_suite_is_a_user_error():

@@ -98,10 +98,10 @@ def test_sr_in_unit_interval_and_invariant_to_renaming(labels, rnd):
     assert batch[0] == pytest.approx(batch[1])
 
 
-def test_batch_mixed_sizes_and_chunks_agree_with_one_at_a_time():
+def test_batch_of_mixed_sizes_agrees_with_one_at_a_time():
     rng = np.random.default_rng(0)
     seqs = [rng.integers(0, rng.integers(1, 30), size=rng.integers(0, 200)) for _ in range(300)]
-    together = graph_metrics_batch(seqs, chunk_size=37)
+    together = graph_metrics_batch(seqs)
     for i, s in enumerate(seqs):
         alone = graph_metrics_batch([s])
         assert together.C[i] == alone.C[0]

@@ -1,0 +1,146 @@
+"""The compiled structure-stage kernels (sarl.kernels) against plain numpy references written from the same
+definitions: KMeans labels and HDBSCAN's spanning tree equal bit for bit, whatever the batch."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sarl.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
+from sarl.kernels import hdbscan_mst, kmeans_labels, squared_distances
+
+
+def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
+    """Greedy k-means++ (scikit-learn's 2 + ln k local trials) and Lloyd's iterations in kernel form, in numpy
+    one response at a time: the arithmetic sarl.kernels.kmeans_labels compiles."""
+    g = (x @ x.T).astype(np.float64)
+    m = len(x)
+    sq = np.diagonal(g)
+    d2 = np.maximum((sq[:, None] + sq[None, :]) - 2.0 * g, 0.0)
+    np.fill_diagonal(d2, 0.0)
+    trials = 2 + int(math.log(k))
+    centers = [min(int(u[0, 0] * m), m - 1)]
+    closest = np.where(d2[centers[0]] < 1e-12, 0.0, d2[centers[0]])
+    for j in range(1, k):
+        cum = np.cumsum(closest)
+        cands = [int(np.argmax(cum > u[j, t] * cum[-1])) for t in range(trials)]
+        rows = [np.where(d2[c] < 1e-12, 0.0, d2[c]) for c in cands]
+        potentials = [np.cumsum(np.minimum(closest, r))[-1] for r in rows]
+        best = int(np.argmin(potentials))
+        centers.append(cands[best])
+        closest = np.minimum(closest, rows[best])
+    labels = d2[:, centers].argmin(1)
+    for _ in range(max_iter):
+        w = np.eye(k)[labels]
+        counts = w.sum(0)
+        gw = g @ w
+        safe = np.maximum(counts, 1.0)
+        cc = (w * gw).sum(0) / safe**2
+        dist = sq[:, None] - 2.0 * gw / safe[None, :] + cc[None, :]
+        dist[:, counts == 0] = np.inf
+        new = dist.argmin(1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return labels
+
+
+def responses(rng, n, dim, dtype):
+    out = []
+    for _ in range(n):
+        m = int(rng.integers(2, 120))
+        if rng.random() < 0.5:  # planted functions
+            k = kmeans_k(m)
+            x = rng.normal(size=(k, dim))[rng.integers(0, k, m)] + 0.6 * rng.normal(size=(m, dim))
+        else:
+            x = rng.normal(size=(m, dim))
+        if rng.random() < 0.15:  # repeated steps: k capped by the distinct rows
+            x[: m // 2] = x[0]
+        out.append((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(dtype))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kmeans_labels_equal_the_numpy_reference(dtype):
+    rng = np.random.default_rng(11)
+    xs = responses(rng, 150, 48, dtype)
+    u = np.random.default_rng(4).random((kmeans_k(120), _U_COLUMNS))
+    got = cluster_batch(xs, seed=4)
+    for x, labels in zip(xs, got):
+        k = kmeans_k(len(x), len(np.unique(x, axis=0)))
+        np.testing.assert_array_equal(labels, reference_kmeans(x, k, u))
+        assert len(np.unique(labels)) <= k
+
+
+def test_kmeans_kernel_handles_the_edge_cases():
+    u = np.random.default_rng(0).random((4, _U_COLUMNS))
+    same = np.ones((5, 3), dtype=np.float32)  # every step the same: k = 1
+    g = same @ same.T
+    d2, min_off, finite = squared_distances(g)
+    assert finite and min_off == 0.0 and not d2.any()
+    assert kmeans_labels(g, d2, 1, u, 2, 300).tolist() == [0] * 5
+    two = np.array([[1.0, 0.0], [0.0, 1.0]])
+    g = two @ two.T
+    d2, min_off, finite = squared_distances(g)
+    assert min_off == pytest.approx(2.0) and kmeans_labels(g, d2, 2, u, 2, 300).tolist() in ([0, 1], [1, 0])
+    bad = np.array([[np.nan, 0.0], [0.0, 1.0]])
+    assert not squared_distances(bad @ bad.T)[2]
+
+
+def test_embeddings_whose_squares_overflow_float32_are_clustered_in_float64():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(30, 16))
+    big = (1e20 * x).astype(np.float32)  # finite, but every squared norm overflows float32
+    labels = cluster_batch([big])[0]
+    assert len(np.unique(labels)) == kmeans_k(30)
+    with pytest.raises(ValueError, match="beyond float64's range"):
+        cluster_batch([1e200 * x])
+    with pytest.raises(ValueError, match=r"embeddings\[1\] contains NaN"):
+        cluster_batch([x, np.full((1, 16), np.inf)])
+
+
+def reference_mst(x: np.ndarray, min_samples: int):
+    """scikit-learn's brute-force HDBSCAN path in numpy: distances, core distances, mutual reachability,
+    Prim's tree as `mst_from_mutual_reachability` builds it."""
+    x = x.astype(np.float64)
+    g = x @ x.T
+    sq = np.diagonal(g)
+    d = np.sqrt(np.maximum((sq[:, None] + sq[None, :]) - 2.0 * g, 0.0))
+    np.fill_diagonal(d, 0.0)
+    core = np.partition(d, min_samples - 1, axis=1)[:, min_samples - 1]
+    mr = np.maximum(np.maximum(core[:, None], core[None, :]), d)
+    m = len(x)
+    in_tree, best, current, edges = np.zeros(m, bool), np.full(m, np.inf), 0, []
+    for _ in range(m - 1):
+        in_tree[current] = True
+        best = np.minimum(best, mr[current])
+        masked = np.where(in_tree, np.inf, best)
+        nxt = int(masked.argmin())
+        edges.append((current, nxt, masked[nxt]))
+        current = nxt
+    return edges
+
+
+def test_hdbscan_tree_equals_the_numpy_reference():
+    rng = np.random.default_rng(8)
+    for x in responses(rng, 60, 24, np.float32):
+        if len(x) < 2:
+            continue
+        x64 = x.astype(np.float64)
+        src, dst, dist = hdbscan_mst(np.ascontiguousarray(x64 @ x64.T), hdbscan_params(len(x))[1])
+        assert list(zip(src.tolist(), dst.tolist(), dist.tolist())) == reference_mst(x, hdbscan_params(len(x))[1])
+
+
+@pytest.mark.parametrize("method", ["kmeans", "hdbscan"])
+def test_labels_do_not_depend_on_the_batch(method):
+    rng = np.random.default_rng(5)
+    embs = []
+    for m in [2, 3, 5, 9, 10, 11, 12, 13, 30, 33, 35, 60]:
+        x = rng.normal(size=(m, 24)).astype(np.float32)
+        embs.append(x / np.linalg.norm(x, axis=1, keepdims=True))
+    embs.append(np.repeat(embs[4][:3], 4, axis=0))  # duplicate steps: k capped by distinct rows
+    alone = [cluster_batch([x], method=method)[0] for x in embs]
+    for order in (range(len(embs)), reversed(range(len(embs)))):
+        order = list(order)
+        got = cluster_batch([embs[i] for i in order], method=method)
+        assert all(np.array_equal(alone[i], g) for i, g in zip(order, got))
