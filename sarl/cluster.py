@@ -12,11 +12,12 @@ never depend on the other responses in the batch. Finiteness is checked on G's d
   greedy k-means++ seeding from a fixed seed (draws shared by every response), then
   Lloyd iterations to convergence, written in kernel form (centroid distances from G).
 - HDBSCAN: Euclidean distance, min_cluster_size = max(2, min(5, floor(M/4))),
-  min_samples = max(1, min_cluster_size - 1). Core distances, mutual reachability
-  and Prim's minimum spanning tree are compiled (Prim exactly as
-  scikit-learn's `mst_from_mutual_reachability` visits nodes, so ties break the
-  same way); the single-linkage tree, condensed tree and excess-of-mass selection
-  are scikit-learn's own routines. Labels equal `sklearn.cluster.HDBSCAN(algorithm="brute")`.
+  min_samples = max(1, min_cluster_size - 1). Distances (in scikit-learn's order of
+  operations), core distances, mutual reachability, Prim's minimum spanning tree (as
+  scikit-learn's `mst_from_mutual_reachability` visits nodes, so ties break the same
+  way), the single-linkage tree, condensed tree, excess-of-mass selection and labelling
+  are compiled ports of scikit-learn's routines; the edges are sorted by numpy's argsort
+  as scikit-learn sorts them. Labels equal `sklearn.cluster.HDBSCAN(algorithm="brute")`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import math
 from typing import Sequence
 
 import numpy as np
-from sklearn.cluster._hdbscan._linkage import MST_edge_dtype, make_single_linkage
-from sklearn.cluster._hdbscan._tree import tree_to_labels
+from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
-from sarl.kernels import hdbscan_mst, kmeans_labels, squared_distances
+from sarl.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 METHODS = ("kmeans", "hdbscan")
 
@@ -121,16 +121,17 @@ def _n_distinct(x: np.ndarray) -> int:
     return len(np.unique(rows))
 
 
-def _hdbscan_labels(g: np.ndarray, m: int) -> np.ndarray:
-    """HDBSCAN labels of one response's m steps from their float64 Gram matrix: the minimum spanning tree of
-    the mutual-reachability graph compiled (`sarl.kernels.hdbscan_mst`), then scikit-learn's own single
-    linkage, condensed tree and excess-of-mass selection, as `HDBSCAN(algorithm="brute")` calls them."""
+def _hdbscan_labels(x: np.ndarray, g: np.ndarray, m: int) -> np.ndarray:
+    """HDBSCAN labels of one response's m steps (float64 `x`, Gram matrix `g`): the minimum spanning tree of
+    the mutual-reachability graph (`sarl.kernels.hdbscan_mst`), its edges sorted as scikit-learn sorts them,
+    then single linkage, condensed tree, excess of mass and labelling (`sarl.kernels.hdbscan_tree_labels`),
+    as `HDBSCAN(algorithm="brute")` runs them."""
     min_cluster_size, min_samples = hdbscan_params(m)
-    src, dst, dist = hdbscan_mst(g, min_samples)
+    src, dst, dist = hdbscan_mst(g, np.einsum("ij,ij->i", x, x), min_samples)  # row_norms as scikit-learn
     mst = np.empty(m - 1, dtype=MST_edge_dtype)
     mst["current_node"], mst["next_node"], mst["distance"] = src, dst, dist
-    tree = make_single_linkage(mst[np.argsort(mst["distance"])])
-    return tree_to_labels(tree, min_cluster_size, "eom", False, 0.0, None)[0].astype(np.int64)
+    order = np.argsort(mst["distance"])  # scikit-learn's own call (its tie order), before make_single_linkage
+    return hdbscan_tree_labels(src[order], dst[order], dist[order], min_cluster_size)
 
 
 def cluster_batch(
@@ -181,7 +182,8 @@ def cluster_batch(
         return out
     for i, m in lengths.items():
         # HDBSCAN distances in float64 as scikit-learn computes them (ties break alike).
-        out[i] = _hdbscan_labels(_gram(xs[i], i, np.float64), m)
+        x = np.ascontiguousarray(xs[i], dtype=np.float64)
+        out[i] = _hdbscan_labels(x, _gram(x, i), m)
     return out
 
 

@@ -13,12 +13,12 @@ with S_ij = sum_{l in j} G_il summed in step order, the first closest centre on 
 costs M^2 additions (the one-hot product it replaces cost M^2 k) and no temporary arrays.
 
 HDBSCAN. `hdbscan_mst` gives the minimum spanning tree of the mutual-reachability graph of one response
-from its float64 Gram matrix: Euclidean distances sqrt(max(0, (G_ii + G_jj) - 2 G_ij)), core distances
+from its float64 Gram matrix: Euclidean distances as scikit-learn computes them, core distances
 (the min_samples-th smallest distance of a step, itself included), mutual reachability
 max(core_i, core_j, d_ij), then Prim's algorithm visiting nodes as scikit-learn's
 `mst_from_mutual_reachability` does (start at 0; the closest remaining node, lowest index on ties; each edge
-recorded from the node added last). `sarl.cluster` hands the tree to scikit-learn's own single-linkage
-and excess-of-mass routines.
+recorded from the node added last). `hdbscan_tree_labels` then follows scikit-learn's single linkage,
+condensed tree, stabilities, excess-of-mass selection and labelling step by step.
 
 Reasoning maps. `graph_metrics_flat` takes every response's labels end to end and gives C, L, node and
 edge counts with the arithmetic of the networkx reference in `sarl.graph` (integer counts, then one
@@ -186,19 +186,18 @@ def kmeans_labels(g, d2, k, u, n_trials, max_iter):
     return labels
 
 
-@_compiled("Tuple((i8[::1], i8[::1], f8[::1]))(f8[:, ::1], i8)")
-def hdbscan_mst(g, min_samples):
+@_compiled("Tuple((i8[::1], i8[::1], f8[::1]))(f8[:, ::1], f8[::1], i8)")
+def hdbscan_mst(g, xx, min_samples):
     """(source, target, distance) of the m - 1 edges, in Prim's order, of the minimum spanning tree of the
     mutual-reachability graph (HDBSCAN, Campello et al. 2013; SARL App. A.1) of the m steps whose Gram
-    matrix is `g`."""
+    matrix is `g` and squared norms `xx` (computed as scikit-learn's `row_norms`: einsum). Distances in
+    scikit-learn's `euclidean_distances` order of operations, sqrt(max(0, (-2 G_ij + xx_i) + xx_j)), zero
+    diagonal, so that they are bit for bit the ones `HDBSCAN(algorithm="brute")` computes."""
     m = g.shape[0]
-    sq = np.empty(m)
-    for i in range(m):
-        sq[i] = g[i, i]
     d = np.empty((m, m))
     for i in range(m):
         for j in range(m):
-            v = (sq[i] + sq[j]) - 2.0 * g[i, j]
+            v = (-2.0 * g[i, j] + xx[i]) + xx[j]
             d[i, j] = np.sqrt(v) if v > 0.0 else 0.0
         d[i, i] = 0.0
     # Core distance: the min_samples-th smallest entry of the row (one insertion pass over a sorted buffer
@@ -335,3 +334,183 @@ def graph_metrics_flat(labels, offsets):
         if pairs > 0:
             l_out[r] = total / pairs
     return c_out, l_out, nodes_out, edges_out
+
+
+@_compiled("i8(i8[::1], i8)")
+def _root(parent, x):
+    """The root of x in scikit-learn's TreeUnionFind (parent[x] == x at a root), compressing the path."""
+    r = x
+    while parent[r] != r:
+        r = parent[r]
+    while parent[x] != r:
+        nxt = parent[x]
+        parent[x] = r
+        x = nxt
+    return r
+
+
+@_compiled("i8[::1](i8[::1], i8[::1], f8[::1], i8)")
+def hdbscan_tree_labels(src, dst, dist, min_cluster_size):
+    """HDBSCAN's labels (-1 noise) from the minimum spanning tree's edges sorted by distance: scikit-learn's
+    `make_single_linkage` and `tree_to_labels(tree, min_cluster_size, "eom", allow_single_cluster=False,
+    cluster_selection_epsilon=0.0, max_cluster_size=None)` (sklearn/cluster/_hdbscan/_linkage.pyx, _tree.pyx),
+    step by step: the single-linkage hierarchy, the tree condensed at min_cluster_size (Campello et al. 2013),
+    cluster stabilities, excess-of-mass selection, then the labelling by union-find."""
+    n = src.shape[0] + 1
+    n_merge = n - 1
+    # Single linkage (make_single_linkage): merge i creates node n + i.
+    up = np.full(2 * n - 1, -1, dtype=np.int64)
+    size = np.zeros(2 * n - 1, dtype=np.int64)
+    size[:n] = 1
+    left = np.empty(n_merge, dtype=np.int64)
+    right = np.empty(n_merge, dtype=np.int64)
+    for i in range(n_merge):
+        a = src[i]
+        while up[a] != -1:
+            a = up[a]
+        b = dst[i]
+        while up[b] != -1:
+            b = up[b]
+        left[i] = a
+        right[i] = b
+        up[a] = n + i
+        up[b] = n + i
+        size[n + i] = size[a] + size[b]
+    # Condensed tree (_condense_tree): nodes visited breadth first from the root, left before right.
+    root = 2 * n_merge
+    order = np.empty(2 * n - 1, dtype=np.int64)
+    order[0] = root
+    tail = 1
+    for head in range(2 * n - 1):
+        if head >= tail:
+            break
+        node = order[head]
+        if node >= n:
+            order[tail] = left[node - n]
+            order[tail + 1] = right[node - n]
+            tail += 2
+    relabel = np.empty(root + 1, dtype=np.int64)
+    relabel[root] = n
+    next_label = n + 1
+    ignore = np.zeros(2 * n - 1, dtype=np.bool_)
+    c_parent = np.empty(2 * n, dtype=np.int64)
+    c_child = np.empty(2 * n, dtype=np.int64)
+    c_lambda = np.empty(2 * n)
+    c_size = np.empty(2 * n, dtype=np.int64)
+    rows = 0
+    queue = np.empty(2 * n - 1, dtype=np.int64)
+    for idx in range(tail):
+        node = order[idx]
+        if ignore[node] or node < n:
+            continue
+        lft = left[node - n]
+        rgt = right[node - n]
+        distance = dist[node - n]
+        lam = 1.0 / distance if distance > 0.0 else np.inf
+        left_count = size[lft]
+        right_count = size[rgt]
+        if left_count >= min_cluster_size and right_count >= min_cluster_size:
+            relabel[lft] = next_label
+            next_label += 1
+            c_parent[rows], c_child[rows], c_lambda[rows], c_size[rows] = relabel[node], relabel[lft], lam, left_count
+            rows += 1
+            relabel[rgt] = next_label
+            next_label += 1
+            c_parent[rows], c_child[rows], c_lambda[rows], c_size[rows] = relabel[node], relabel[rgt], lam, right_count
+            rows += 1
+            continue
+        # The small side(s) fall out of the cluster point by point, breadth first; a large side keeps its label.
+        for side in range(2):
+            start = lft if side == 0 else rgt
+            count = left_count if side == 0 else right_count
+            if count >= min_cluster_size:
+                relabel[start] = relabel[node]
+                continue
+            queue[0] = start
+            q_tail = 1
+            q_head = 0
+            while q_head < q_tail:
+                sub = queue[q_head]
+                q_head += 1
+                if sub < n:
+                    c_parent[rows], c_child[rows], c_lambda[rows], c_size[rows] = relabel[node], sub, lam, 1
+                    rows += 1
+                else:
+                    queue[q_tail] = left[sub - n]
+                    queue[q_tail + 1] = right[sub - n]
+                    q_tail += 2
+                ignore[sub] = True
+    labels = np.full(n, -1, dtype=np.int64)
+    if rows == 0:
+        return labels
+    # Stabilities (_compute_stability): sum over rows of (lambda - birth of the parent) * child size.
+    smallest = n
+    largest_parent = n
+    largest_child = 0
+    for r in range(rows):
+        if c_parent[r] > largest_parent:
+            largest_parent = c_parent[r]
+        if c_child[r] > largest_child:
+            largest_child = c_child[r]
+    births = np.full(max(largest_child, smallest) + 1, np.nan)
+    for r in range(rows):
+        births[c_child[r]] = c_lambda[r]
+    births[smallest] = 0.0
+    n_clusters = largest_parent - smallest + 1
+    stability = np.zeros(n_clusters)
+    for r in range(rows):
+        stability[c_parent[r] - smallest] += (c_lambda[r] - births[c_parent[r]]) * c_size[r]
+    # Excess of mass (_get_clusters): from the highest cluster id down, not the root, a cluster is selected
+    # unless its two child clusters together are more stable (then it carries their sum up).
+    selected = np.zeros(n_clusters, dtype=np.bool_)
+    selected[1:] = True
+    kids = np.empty(2 * n, dtype=np.int64)
+    for node in range(largest_parent, smallest, -1):
+        sub_sum = 0.0
+        for r in range(rows):
+            if c_size[r] > 1 and c_parent[r] == node:
+                sub_sum += stability[c_child[r] - smallest]
+        if sub_sum > stability[node - smallest]:
+            selected[node - smallest] = False
+            stability[node - smallest] = sub_sum
+        else:  # every cluster below it is unselected (breadth first over the cluster tree)
+            kids[0] = node
+            k_tail = 1
+            k_head = 0
+            while k_head < k_tail:
+                cur = kids[k_head]
+                k_head += 1
+                if cur != node:
+                    selected[cur - smallest] = False
+                for r in range(rows):
+                    if c_size[r] > 1 and c_parent[r] == cur:
+                        kids[k_tail] = c_child[r]
+                        k_tail += 1
+    # Labelling (_do_labelling): union-find over rows whose child is not a selected cluster (union by rank,
+    # scikit-learn's TreeUnionFind), then each point's root names its cluster; the root cluster is noise.
+    uf = np.arange(largest_parent + 1)
+    rank = np.zeros(largest_parent + 1, dtype=np.int64)
+    for r in range(rows):
+        child = c_child[r]
+        if smallest <= child <= largest_parent and selected[child - smallest]:
+            continue
+        x_root = _root(uf, c_parent[r])
+        y_root = _root(uf, child)
+        if rank[x_root] < rank[y_root]:
+            uf[x_root] = y_root
+        elif rank[x_root] > rank[y_root]:
+            uf[y_root] = x_root
+        else:
+            uf[y_root] = x_root
+            rank[x_root] += 1
+    label_of = np.full(n_clusters, -1, dtype=np.int64)
+    k = 0
+    for c in range(n_clusters):
+        if selected[c]:
+            label_of[c] = k
+            k += 1
+    for p in range(n):
+        cluster = _root(uf, p)
+        if cluster != smallest:
+            labels[p] = label_of[cluster - smallest]
+    return labels

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sarl.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
-from sarl.kernels import hdbscan_mst, kmeans_labels, squared_distances
+from sarl.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 
 def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
@@ -100,12 +100,15 @@ def test_embeddings_whose_squares_overflow_float32_are_clustered_in_float64():
 
 
 def reference_mst(x: np.ndarray, min_samples: int):
-    """scikit-learn's brute-force HDBSCAN path in numpy: distances, core distances, mutual reachability,
-    Prim's tree as `mst_from_mutual_reachability` builds it."""
+    """scikit-learn's brute-force HDBSCAN path in numpy: `euclidean_distances` (its order of operations, norms
+    by einsum as `row_norms`), core distances, mutual reachability, Prim's tree as
+    `mst_from_mutual_reachability` builds it."""
     x = x.astype(np.float64)
-    g = x @ x.T
-    sq = np.diagonal(g)
-    d = np.sqrt(np.maximum((sq[:, None] + sq[None, :]) - 2.0 * g, 0.0))
+    xx = np.einsum("ij,ij->i", x, x)
+    d = -2 * (x @ x.T)
+    d += xx[:, None]
+    d += xx[None, :]
+    d = np.sqrt(np.maximum(d, 0.0))
     np.fill_diagonal(d, 0.0)
     core = np.partition(d, min_samples - 1, axis=1)[:, min_samples - 1]
     mr = np.maximum(np.maximum(core[:, None], core[None, :]), d)
@@ -121,14 +124,61 @@ def reference_mst(x: np.ndarray, min_samples: int):
     return edges
 
 
+def tie_heavy(rng, n):
+    """Responses whose distances tie often: small integer grids, repeated steps, tight clusters."""
+    out = []
+    for t in range(n):
+        m = int(rng.integers(2, 90))
+        if t % 3 == 0:
+            x = rng.integers(0, 3, size=(m, 3)).astype(float)
+        elif t % 3 == 1:
+            x = rng.normal(size=(m, 4))
+            x[: m // 3] = x[0]
+        else:
+            k = max(1, int(np.sqrt(m)))
+            x = rng.normal(size=(k, 16))[rng.integers(0, k, m)] + 0.05 * rng.normal(size=(m, 16))
+        out.append(x)
+    return out
+
+
 def test_hdbscan_tree_equals_the_numpy_reference():
     rng = np.random.default_rng(8)
-    for x in responses(rng, 60, 24, np.float32):
-        if len(x) < 2:
-            continue
-        x64 = x.astype(np.float64)
-        src, dst, dist = hdbscan_mst(np.ascontiguousarray(x64 @ x64.T), hdbscan_params(len(x))[1])
-        assert list(zip(src.tolist(), dst.tolist(), dist.tolist())) == reference_mst(x, hdbscan_params(len(x))[1])
+    for x in responses(rng, 60, 24, np.float32) + tie_heavy(rng, 30):
+        x64 = np.ascontiguousarray(x, dtype=np.float64)
+        ms = hdbscan_params(len(x))[1]
+        src, dst, dist = hdbscan_mst(x64 @ x64.T, np.einsum("ij,ij->i", x64, x64), ms)
+        assert list(zip(src.tolist(), dst.tolist(), dist.tolist())) == reference_mst(x, ms)
+
+
+def test_hdbscan_tree_labels_equal_scikit_learns_tree_routines():
+    """The compiled single linkage, condensed tree and excess-of-mass selection against scikit-learn's own
+    make_single_linkage + tree_to_labels on the same sorted spanning trees (ties included)."""
+    from sklearn.cluster._hdbscan._linkage import MST_edge_dtype, make_single_linkage
+    from sklearn.cluster._hdbscan._tree import tree_to_labels
+
+    rng = np.random.default_rng(9)
+    for x in tie_heavy(rng, 150) + responses(rng, 50, 8, np.float64):
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        mcs, ms = hdbscan_params(len(x))
+        src, dst, dist = hdbscan_mst(x @ x.T, np.einsum("ij,ij->i", x, x), ms)
+        mst = np.empty(len(x) - 1, dtype=MST_edge_dtype)
+        mst["current_node"], mst["next_node"], mst["distance"] = src, dst, dist
+        order = np.argsort(mst["distance"])
+        expected = tree_to_labels(make_single_linkage(mst[order]), mcs, "eom", False, 0.0, None)[0]
+        np.testing.assert_array_equal(hdbscan_tree_labels(src[order], dst[order], dist[order], mcs), expected)
+
+
+def test_hdbscan_labels_equal_scikit_learn_on_tie_heavy_data():
+    import warnings
+
+    from sklearn.cluster import HDBSCAN
+
+    for x in tie_heavy(np.random.default_rng(10), 120):
+        mcs, ms = hdbscan_params(len(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = HDBSCAN(min_cluster_size=mcs, min_samples=ms, algorithm="brute").fit(x).labels_
+        np.testing.assert_array_equal(cluster_batch([x], method="hdbscan")[0], expected)
 
 
 @pytest.mark.parametrize("method", ["kmeans", "hdbscan"])
