@@ -5,12 +5,15 @@ KMeans. `sarl.cluster` computes a response's Gram matrix G = X X^T with one BLAS
 rest works on the M x M matrix in loops that numba compiles (`_compiled`: at import, cached on disk).
 Nothing here allocates more than a few M x M arrays.
 
-The arithmetic is that of the batched numpy form this replaced, operation by operation: squared
-distances ||x_i - x_j||^2 = (G_ii + G_jj) - 2 G_ij clipped at 0; greedy k-means++ seeding with
-scikit-learn's 2 + ln k local trials, the candidate whose potential (a sequential sum) is lowest, first
-on ties; Lloyd iterations in kernel form, ||x_i - c_j||^2 = G_ii - 2 S_ij / n_j + (sum_{l in j} S_lj) / n_j^2
-with S_ij = sum_{l in j} G_il summed in step order, the first closest centre on ties. A Lloyd iteration
-costs M^2 additions (the one-hot product it replaces cost M^2 k) and no temporary arrays.
+The arithmetic is fixed operation by operation (tests/sarl/test_cluster_kernels.py holds it to a plain
+numpy reference, label for label): squared distances ||x_i - x_j||^2 = (G_ii + G_jj) - 2 G_ij clipped
+at 0; greedy k-means++ seeding with scikit-learn's 2 + ln k local trials, the candidate whose potential
+(a sequential sum) is lowest, first on ties; Lloyd iterations in kernel form,
+||x_i - c_j||^2 = G_ii - 2 S_ij / n_j + (sum_{l in j} S_lj) / n_j^2 with S_ij = sum_{l in j} G_il summed
+in step order, the first closest centre on ties. A Lloyd iteration costs M^2 additions (a one-hot matrix
+product would cost M^2 k) and no temporary arrays. The sums read G by rows, which relies on G being
+exactly symmetric: numpy computes X @ X.T with BLAS's symmetric rank-k update, which fills one triangle
+and mirrors it.
 
 HDBSCAN. `hdbscan_mst` gives the minimum spanning tree of the mutual-reachability graph of one response
 from its float64 Gram matrix: Euclidean distances as scikit-learn computes them, core distances
@@ -22,7 +25,7 @@ condensed tree, stabilities, excess-of-mass selection and labelling step by step
 
 Reasoning maps. `graph_metrics_flat` takes every response's labels end to end and gives C, L, node and
 edge counts with the arithmetic of the networkx reference in `sarl.graph` (integer counts, then one
-division each), one compiled loop over the responses instead of a padded tensor per chunk.
+division each), in one compiled loop over the responses.
 """
 
 from __future__ import annotations

@@ -194,3 +194,13 @@ def test_labels_do_not_depend_on_the_batch(method):
         order = list(order)
         got = cluster_batch([embs[i] for i in order], method=method)
         assert all(np.array_equal(alone[i], g) for i, g in zip(order, got))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_products_are_exactly_symmetric(dtype):
+    """kmeans_labels reads G by rows where the sums need columns: numpy's X @ X.T (BLAS syrk) is symmetric."""
+    rng = np.random.default_rng(1)
+    for m in (2, 7, 80, 401):
+        x = np.ascontiguousarray(rng.normal(size=(m, 96)).astype(dtype))
+        g = x @ x.T
+        assert np.array_equal(g, g.T)
