@@ -204,3 +204,22 @@ def test_gram_products_are_exactly_symmetric(dtype):
         x = np.ascontiguousarray(rng.normal(size=(m, 96)).astype(dtype))
         g = x @ x.T
         assert np.array_equal(g, g.T)
+
+
+def test_kernels_compile_in_memory_where_no_cache_directory_is_writable(monkeypatch):
+    import sarl.kernels as kernels
+
+    real = kernels.njit
+
+    def njit_without_cache(*args, **kwargs):
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "njit", njit_without_cache)
+
+    @kernels._compiled("i8(i8)")
+    def twice(x):
+        return 2 * x
+
+    assert twice(21) == 42
