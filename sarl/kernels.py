@@ -339,6 +339,24 @@ def graph_metrics_flat(labels, offsets):
     return c_out, l_out, nodes_out, edges_out
 
 
+@_compiled("i8(i8, i8[::1], i8[::1], i8, i8[::1])")
+def _hierarchy_bfs(start, left, right, n, out):
+    """The nodes of the single-linkage hierarchy below `start` (itself included) breadth first, left child
+    before right, as scikit-learn's `bfs_from_hierarchy` lists them: written to `out`, their number returned.
+    Nodes below n are points; node n + i is merge i, of left[i] and right[i]."""
+    out[0] = start
+    tail = 1
+    head = 0
+    while head < tail:
+        node = out[head]
+        head += 1
+        if node >= n:
+            out[tail] = left[node - n]
+            out[tail + 1] = right[node - n]
+            tail += 2
+    return tail
+
+
 @_compiled("i8(i8[::1], i8)")
 def _root(parent, x):
     """The root of x in scikit-learn's TreeUnionFind (parent[x] == x at a root), compressing the path."""
@@ -382,16 +400,7 @@ def hdbscan_tree_labels(src, dst, dist, min_cluster_size):
     # Condensed tree (_condense_tree): nodes visited breadth first from the root, left before right.
     root = 2 * n_merge
     order = np.empty(2 * n - 1, dtype=np.int64)
-    order[0] = root
-    tail = 1
-    for head in range(2 * n - 1):
-        if head >= tail:
-            break
-        node = order[head]
-        if node >= n:
-            order[tail] = left[node - n]
-            order[tail + 1] = right[node - n]
-            tail += 2
+    tail = _hierarchy_bfs(root, left, right, n, order)
     relabel = np.empty(root + 1, dtype=np.int64)
     relabel[root] = n
     next_label = n + 1
@@ -429,19 +438,11 @@ def hdbscan_tree_labels(src, dst, dist, min_cluster_size):
             if count >= min_cluster_size:
                 relabel[start] = relabel[node]
                 continue
-            queue[0] = start
-            q_tail = 1
-            q_head = 0
-            while q_head < q_tail:
-                sub = queue[q_head]
-                q_head += 1
+            for q in range(_hierarchy_bfs(start, left, right, n, queue)):
+                sub = queue[q]
                 if sub < n:
                     c_parent[rows], c_child[rows], c_lambda[rows], c_size[rows] = relabel[node], sub, lam, 1
                     rows += 1
-                else:
-                    queue[q_tail] = left[sub - n]
-                    queue[q_tail + 1] = right[sub - n]
-                    q_tail += 2
                 ignore[sub] = True
     labels = np.full(n, -1, dtype=np.int64)
     if rows == 0:
