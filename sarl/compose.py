@@ -25,14 +25,23 @@ def compose_train_config(overrides: list[str]) -> tuple[DictConfig, dict[str, An
     return _without_hydra(cfg)
 
 
-def compose_user_config(overrides: list[str]) -> tuple[DictConfig, dict[str, Any]]:
+def compose_user_config(overrides: list[str], named: list[str] | None = None) -> tuple[DictConfig, dict[str, Any]]:
     """`compose_train_config` for a command line: a misspelt key, an unknown option or an invalid value is a
-    UserError naming it (Hydra's message, first lines), checked before anything runs."""
+    UserError naming it (Hydra's message, first lines), checked before anything runs.
+
+    With `backend=verl_cpu` the row is composed a second time, made small for the CPU
+    (`sarl.backends.verl.cpu.cpu_overrides`), leaving alone every key in `named` (what the command line names;
+    all of `overrides` when None)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         cfg, choices = compose_train_config(overrides)
+        if cfg.backend.get("cpu", False) and not cfg.get("pipeline"):
+            from sarl.backends.verl.cpu import cpu_overrides, merged_overrides
+
+            extra = cpu_overrides(cfg, overrides if named is None else named)
+            cfg, choices = compose_train_config(merged_overrides(overrides, extra))
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
     validate_train_values(cfg)

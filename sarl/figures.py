@@ -111,8 +111,11 @@ def change_pct(before: float, after: float) -> float:
 
 
 def read_metrics_history(path: str | Path) -> list[dict]:
-    """Rows of a metrics.jsonl (or of a run directory's), in step order; a resumed run's repeated steps keep the
-    last record of each step. ValueError (naming the file and line) if it is missing or not JSON lines."""
+    """Rows of a metrics.jsonl (or of a run directory's), in step order, flat (`{"step", metric: value}`) whichever
+    back end wrote it: TRL's lines are flat, verl's file logger writes `{"step", "data": {metric: value}}`, and
+    verl logs a step's validation apart from its training metrics, so the records of one step are merged, a later
+    record's value winning (a resumed run's repeated step keeps its last values). ValueError (naming the file and
+    line) if it is missing or not JSON lines."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
@@ -125,7 +128,10 @@ def read_metrics_history(path: str | Path) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}, line {n}: not valid JSON ({err})") from err
-            by_step[int(row["step"])] = row
+            if isinstance(row.get("data"), dict):  # verl's file logger
+                row = {"step": row["step"], **row["data"]}
+            step = int(row["step"])
+            by_step[step] = {**by_step.get(step, {}), **row}
     return [by_step[s] for s in sorted(by_step)]
 
 

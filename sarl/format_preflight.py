@@ -4,8 +4,9 @@ GRP's rewards (GRP Sec. 3.2.1) score the graph-structured format that GRP-SFT te
 without that stage writes plain text, every response fails `baselines.grp.parse_graph`, R_graph is 0 for every
 rollout, and GRPO/PASC-GRPO silently degrade to accuracy-only training. Before any training step the policy
 answers `format_check.n_prompts` of the run's prompts (greedy, at most `format_check.max_new_tokens` tokens,
-transformers on this machine's GPU if it has one); if fewer than `format_check.min_share` of the responses
-parse, the run stops with exit 2 naming the share and the parser's reasons.
+transformers on this machine's GPU if it has one, in a child process that takes its GPU memory with it when it
+exits); if fewer than `format_check.min_share` of the responses parse, the run stops with exit 2 naming the
+share and the parser's reasons.
 
     format_check:
       parser: baselines.grp.parse_graph   # response -> object with `.error` (None: parseable); null: no check
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig
@@ -63,29 +66,37 @@ def check_prompts(cfg: DictConfig, n: int) -> list[list[dict[str, str]]]:
 
 
 def transformers_generate(model_path: str, tokenizer_path: str | None, max_new_tokens: int) -> Generate:
-    """Greedy responses of the policy with transformers (bfloat16 on a GPU, float32 on the CPU)."""
+    """Greedy responses of the policy with transformers, in a child process of its own: the model and, on a
+    GPU, the CUDA context (which no process can free while it lives) go when the child exits, before the run
+    that follows needs the GPU."""
 
     def generate(prompts: list[list[dict[str, str]]]) -> list[str]:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        cuda = torch.cuda.is_available()
-        tok = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if cuda else torch.float32)
-        model.to("cuda" if cuda else "cpu").eval()
-        out = []
-        for messages in prompts:
-            ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-            ids = {k: v.to(model.device) for k, v in ids.items()}
-            with torch.no_grad():
-                seq = model.generate(
-                    **ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
-                )
-            out.append(tok.decode(seq[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
-        del model
-        return out
+        spawn = multiprocessing.get_context("spawn")  # a fork would inherit this process's CUDA state
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
+            return child.submit(greedy_responses, model_path, tokenizer_path, max_new_tokens, prompts).result()
 
     return generate
+
+
+def greedy_responses(
+    model_path: str, tokenizer_path: str | None, max_new_tokens: int, prompts: list[list[dict[str, str]]]
+) -> list[str]:
+    """The policy's greedy responses to `prompts` (bfloat16 on GPU 0, float32 on the CPU), in this process."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cuda = torch.cuda.is_available()
+    tok = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if cuda else torch.float32)
+    model.to("cuda:0" if cuda else "cpu").eval()
+    out = []
+    for messages in prompts:
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ids = {k: v.to(model.device) for k, v in ids.items()}
+        with torch.no_grad():
+            seq = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        out.append(tok.decode(seq[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+    return out
 
 
 def check_format(cfg: DictConfig, generate: Generate | None = None) -> float | None:

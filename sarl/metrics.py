@@ -9,12 +9,15 @@ TRL adapter (`sarl.backends.trl.rewards`) both log these.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from sarl.interface import Reward, RewardOutput, RolloutBatch
+
+log = logging.getLogger(__name__)
 
 FAILED_KEY = "failed"
 
@@ -74,10 +77,23 @@ def row_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
+def scored_or_failed(reward: Reward, batch: RolloutBatch) -> list[RewardOutput]:
+    """`reward(batch)`, or, where the reward raises, one failed output per response naming the error: verl marks
+    a group whose reward function raised as failed and its replay buffer samples that group again, for ever
+    (verl 0.9.1 trainer/ppo/v1/replay_buffer.py:463-467); a failed output is left out of training and counted
+    instead (the verl trainer), and `train.max_failed_steps` such steps in a row stop the run."""
+    try:
+        return reward(batch)
+    except Exception as err:  # any error of the reward's own code or its dependencies
+        why = f"{type(reward).__name__} raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        log.error("reward failed on %d responses: %s", len(batch), why)
+        return [RewardOutput(score=0.0, failed=why) for _ in range(len(batch))]
+
+
 def score_rollouts(reward: Reward, batch: RolloutBatch) -> tuple[list[RewardOutput], list[dict[str, float]]]:
     """The reward's outputs for a batch and one reward-info row per response, every row with the
     same keys (score, each diagnostic, failed)."""
-    outputs = reward(batch)
+    outputs = scored_or_failed(reward, batch)
     if len(outputs) != len(batch):
         raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
     keys = batch_diagnostic_keys(reward, outputs)

@@ -164,7 +164,7 @@ def run_pipeline(
         if stage["init_from"]:
             start = checkpoints[stage["init_from"]]
             overrides += [f"model.path={start}", f"model.tokenizer_path={start}"]
-        stage_cfg, choices = compose_user_config(overrides)
+        stage_cfg, choices = compose_user_config(overrides, named=[*user, *per_stage.get(name, [])])
         choices = {**choices, "exp": f"{experiment}/{name}"}
         done = finished(stage_dir)
         if done is not None and not dry_run:

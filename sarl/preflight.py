@@ -179,12 +179,122 @@ def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | 
     return float(cfg.embedding_server.gpu_memory_utilization) if starts_embedding_server(reward_cfg) else None
 
 
+def maxflow_nodes(reward_cfg: Any) -> list[dict]:
+    """The MaxFlow rewards in a resolved reward config (itself, or a component of a combined reward): each
+    loads an attention model on a GPU of the node, outside Ray's accounting."""
+    from hydra.utils import get_class
+
+    from baselines.maxflow import MaxFlowReward
+
+    found = []
+    if isinstance(reward_cfg, dict):
+        target = reward_cfg.get("_target_")
+        try:
+            if target and issubclass(get_class(str(target)), MaxFlowReward):
+                found.append(reward_cfg)
+        except (ImportError, ValueError, TypeError):  # not a class (a function target), or not importable
+            pass
+        for value in reward_cfg.values():
+            found += maxflow_nodes(value)
+    elif isinstance(reward_cfg, list):
+        for value in reward_cfg:
+            found += maxflow_nodes(value)
+    return found
+
+
+def attention_model_items(node: dict, model_config: dict, verl_cfg: DictConfig) -> list[memory.Item]:
+    """The MaxFlow reward's attention model on its GPU, once per process that builds the reward: one per
+    reward worker (`reward.num_workers`, verl's per-response path), one in the trainer for a group reward
+    (the joint FLOW:LCS reward). Weights (`AutoModel`, no LM head, in the reward's dtype) and the working set
+    of one eager pass over the longest sequence: prompt + response, at most the reward's `max_tokens`."""
+    from baselines.maxflow.attention import eager_pass_bytes
+
+    per_sample = bool(verl_cfg.reward.custom_reward_function.path)
+    copies = max(1, int(verl_cfg.reward.num_workers)) if per_sample else 1
+    dtype = str(node.get("dtype") or "auto")
+    dtype = memory.config_dtype(model_config) if dtype == "auto" else dtype
+    size = memory.dtype_bytes(dtype)
+    seq = int(verl_cfg.data.max_prompt_length) + int(verl_cfg.data.max_response_length)
+    tokens = min(int(node.get("max_tokens") or seq), seq)
+    weights = memory.parameter_count(model_config, head="base") * size / memory.GIB
+    working = eager_pass_bytes(model_config, tokens, size) / memory.GIB
+    where = f"{copies} reward workers" if copies > 1 else ("a reward worker" if per_sample else "the trainer")
+    return [
+        memory.Item(f"MaxFlow attention model x{copies}", copies * weights, f"{dtype}, in {where}", processes=copies),
+        memory.Item(f"MaxFlow attention pass x{copies}", copies * working, f"eager attention over {tokens} tokens"),
+    ]
+
+
+def shared_gpu_items(
+    cfg: DictConfig,
+    verl_cfg: DictConfig,
+    reward_cfg: dict,
+    gib: float,
+    allow_download: bool = False,
+    skip_missing: bool = False,
+) -> tuple[int, list[memory.Item], list[Check]]:
+    """What runs beside verl's workers, on the GPU that holds most of it (its index among the node's visible
+    GPUs, its items): the embedding server (`embedding_server.gpu`), the MaxFlow reward's attention model
+    (`reward.device`). A model whose config.json cannot be had fails a check, or (skip_missing) is left out."""
+    from baselines.maxflow.attention import planned_gpu
+
+    by_gpu: dict[int, list[memory.Item]] = {}
+    problems = []
+    emb_util = _embedding_server_utilization(cfg, reward_cfg)
+    if emb_util is not None:
+        by_gpu.setdefault(int(cfg.embedding_server.gpu), []).append(memory.embedding_server_item(emb_util, gib))
+    for node in maxflow_nodes(reward_cfg):
+        gpu = planned_gpu(node.get("device"))
+        if gpu is None:
+            continue
+        model_config = memory.find_model_config(str(node.get("model")), allow_download)
+        if model_config is None:
+            if not skip_missing:
+                problems.append(
+                    Check(
+                        "memory plan",
+                        False,
+                        f"config.json of the MaxFlow reward's model {node.get('model')} not found",
+                        "download it or point the reward's model at a local checkpoint",
+                    )
+                )
+            continue
+        by_gpu.setdefault(gpu, []).extend(attention_model_items(node, model_config, verl_cfg))
+    if not by_gpu:
+        return 0, [], problems
+    fullest = max(sorted(by_gpu), key=lambda g: sum(i.gib for i in by_gpu[g]))
+    return fullest, by_gpu[fullest], problems
+
+
+def memory_plan_fix(plan: memory.MemoryPlan, verl_cfg: DictConfig, shared: list[memory.Item]) -> str:
+    """What to change when the plan does not fit: one reward worker where each loads its own attention model
+    (first: the other fixes are sized after it), the largest rollout share that fits (when generation is the
+    peak), or a smaller micro-batch."""
+    if any(i.name.startswith("MaxFlow attention model") and i.processes > 1 for i in shared):
+        return "set backend.reward_num_workers=1 (each reward worker loads its own attention model), then check again"
+    fixes = []
+    if plan.peak.name == "generation":
+        current = float(verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization)
+        fits = memory.rollout_utilization_that_fits(plan, current)
+        if fits > 0:
+            fixes.append(f"backend.rollout_gpu_memory_utilization={fits} (now {current})")
+    else:
+        fixes.append(
+            "a smaller token budget per micro-batch (backend.overrides: actor_rollout_ref.actor."
+            "ppo_max_token_len_per_gpu, rollout.log_prob_max_token_len_per_gpu, ref.log_prob_max_token_len_per_gpu)"
+        )
+    fixes.append("offload (backend.overrides: actor_rollout_ref.actor.fsdp_config.optimizer_offload=true)")
+    return "set " + ", or ".join(fixes)
+
+
 def check_memory_plan(
     cfg: DictConfig, verl_cfg: DictConfig, reward_cfg: dict, allow_download: bool = False, skip_missing: bool = False
 ) -> list[Check]:
-    """The plan of the fullest GPU (model config.json, FSDP/offload settings, vLLM and embedding-server shares)
-    and the embedding server's own budget. A model whose config.json cannot be had fails its check, or
-    (skip_missing) gives none."""
+    """The plan of the fullest GPU (model config.json, dtypes, FSDP/offload settings, micro-batch token budgets,
+    vLLM's share, the embedding server, the MaxFlow reward's attention model) and the embedding server's own
+    budget. A model whose config.json cannot be had fails its check, or (skip_missing) gives none."""
+    if cfg.backend.get("cpu", False):
+        return []  # backend=verl_cpu: no GPU to plan
     gib, source = gpu_gib(cfg)
     out = []
     policy = memory.find_model_config(str(cfg.model.path), allow_download)
@@ -201,17 +311,11 @@ def check_memory_plan(
             )
         )
     else:
-        emb_util = _embedding_server_utilization(cfg, reward_cfg)
-        plan = memory.gpu_memory_plan(verl_cfg, policy, gib, emb_util)
-        fix = ""
-        if not plan.ok:
-            current = float(verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization)
-            fits = memory.rollout_utilization_that_fits(plan, current)
-            fix = (
-                f"set backend.rollout_gpu_memory_utilization={fits} (now {current}), or offload "
-                "(backend.overrides: actor_rollout_ref.actor.fsdp_config.optimizer_offload=true)"
-            )
-        out.append(Check("memory plan", plan.ok, f"{plan.summary()} [GPU size: {source}]", fix))
+        gpu, shared, problems = shared_gpu_items(cfg, verl_cfg, reward_cfg, gib, allow_download, skip_missing)
+        out += problems
+        plan = memory.gpu_memory_plan(verl_cfg, policy, gib, shared)
+        fix = "" if plan.ok else memory_plan_fix(plan, verl_cfg, shared)
+        out.append(Check("memory plan", plan.ok, f"GPU {gpu}: {plan.summary()} [GPU size: {source}]", fix))
     if _embedding_server_utilization(cfg, reward_cfg) is not None:
         s = cfg.embedding_server
         emb = memory.find_model_config(str(s.model), allow_download)

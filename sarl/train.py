@@ -134,6 +134,7 @@ def run(
         check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])
+    with_local_policy(cfg)
     if cfg.algorithm.name == "sft":
         from sarl.backends.verl.sft import run_verl_sft
 
@@ -156,10 +157,43 @@ def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: 
         return trl.train(cfg, run_dir, meta, env, reward_cfg=reward_cfg)
 
 
+def with_local_policy(cfg: DictConfig) -> None:
+    """A model group without a path (`model=tiny_qwen3`) gets the policy built on this machine (cached), whose
+    directory verl loads like any other checkpoint."""
+    if cfg.model.get("path") or not cfg.model.get("build"):
+        return
+    from omegaconf import read_write
+
+    from sarl.backends.trl.run import policy_path
+
+    with read_write(cfg.model):
+        cfg.model.path = str(policy_path(cfg))
+
+
+def with_cpu_data(cfg: DictConfig, run_dir: Path) -> None:
+    """`backend=verl_cpu` on a data group with TRL prompts only (the smoke sets): verl's parquet of them in the run
+    directory (its planned path in a dry run)."""
+    if not cfg.backend.get("cpu", False) or cfg.data.get("train_files") or not cfg.data.get("trl_train_files"):
+        return
+    from omegaconf import read_write
+
+    from sarl.backends.verl import cpu
+
+    if cfg.train.dry_run:
+        folder = run_dir / cpu.DATA_DIR
+        train, val = str(folder / "train.parquet"), str(folder / "val.parquet") if cfg.data.get("trl_val_files") else ""
+    else:
+        train, val = cpu.write_smoke_parquet(cfg, run_dir)
+    with read_write(cfg.data):
+        cfg.data.train_files = train
+        cfg.data.val_files = val or train
+
+
 def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:
     """backend=verl: write verl's trainer config and launch verl's entry point on it."""
-    from sarl.backends.verl.config import build_verl_config, validate_verl_config
+    from sarl.backends.verl.config import build_verl_config, process_env, validate_verl_config
 
+    with_cpu_data(cfg, run_dir)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     server = planned_embedding_server(cfg, reward_cfg)  # its URL goes into verl's config
     check_reward_endpoints(cfg, reward_cfg)
@@ -188,7 +222,9 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         if "wandb" in cfg.logger.backends:
             wandb_record(cfg, meta, run_dir, env)
         log.info("launching: %s", shlex.join(cmd))
-        return run_in_own_group(cmd, cwd=run_dir, env=env)  # Ctrl-C stops verl's whole group
+        return run_in_own_group(
+            cmd, cwd=run_dir, env={**env, **process_env(cfg, run_dir)}
+        )  # Ctrl-C stops verl's whole group
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,6 +41,41 @@ def step_attention(attn: Any, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     return out.T.numpy()  # A[i, j]
 
 
+def default_device() -> str:
+    """Where the attention model goes when `device` is not given: GPU 0 of the process's visible GPUs where
+    CUDA is available, else the CPU. In verl's reward worker, or its trainer for a group reward (Ray actors
+    with no GPU of their own, whose CUDA_VISIBLE_DEVICES Ray leaves as the node's), that is the node's first
+    GPU, the one the memory plan charges."""
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def planned_gpu(device: str | None) -> int | None:
+    """The index, among the node's visible GPUs, of the GPU a `device` setting puts the model on when CUDA is
+    available (None: the CPU)."""
+    name = device or "cuda:0"
+    if name == "cuda":
+        return 0
+    if name.startswith("cuda:") and name[5:].isdigit():
+        return int(name[5:])
+    if name == "cpu":
+        return None
+    raise ValueError(f"device {device!r} is not valid; use null, cpu, cuda or cuda:N")
+
+
+def eager_pass_bytes(config: dict[str, Any], tokens: int, dtype_bytes: int) -> int:
+    """GPU memory of one `StepAttention` pass over `tokens` tokens beyond the weights (an estimate). Eager
+    attention builds every layer's H x T x T weights, and at its peak holds three copies: the masked scores
+    (model dtype), their float32 softmax and its cast back (transformers' `eager_attention_forward`:
+    `softmax(..., dtype=torch.float32).to(query.dtype)`); the hook's float32 copy (`step_attention`) comes
+    after the first two are freed. Plus the causal mask (T x T) and the hidden states and MLP activations."""
+    attention = config["num_attention_heads"] * tokens**2 * (2 * dtype_bytes + 4)
+    mask = tokens**2 * dtype_bytes
+    activations = tokens * (4 * config["hidden_size"] + 2 * config["intermediate_size"]) * dtype_bytes
+    return attention + mask + activations
+
+
 def _decoder_layers(model: Any) -> Any:
     """The decoder layers of a transformers model (CausalLM or base model)."""
     for owner in (model, getattr(model, "model", None)):
@@ -57,7 +92,8 @@ class StepAttention:
     """Step-to-step attention (Structured Reasoning Eq. 3) of prompt + response, averaged over chosen layers.
 
     `model` is a loaded transformers model or a path/id (loaded with `AutoModel`, eager attention); `layers`
-    index the decoder layers (negative: from the end; the paper's 23-27 of 28 are -5..-1). One eager forward
+    index the decoder layers (negative: from the end; the paper's 23-27 of 28 are -5..-1); `device` None is
+    `default_device()`, GPU 0 where CUDA is available (its memory: `eager_pass_bytes`). One eager forward
     pass per response; a forward hook on each chosen layer's attention reduces its weights (H x T x T) to
     the n x n step matrix at once and frees them, so no layer's weights outlive the layer.
     """
@@ -87,8 +123,7 @@ class StepAttention:
             raise ValueError("StepAttention needs a fast tokenizer (character offsets of every token)")
         if getattr(model.config, "_attn_implementation", "eager") != "eager":
             model.set_attn_implementation("eager")  # only eager attention returns the weights
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = model.to(device)
+        self.model = model.to(device or default_device())
         self.tokenizer = tokenizer
         n_layers = len(_decoder_layers(model))
         bad = [i for i in layers if not -n_layers <= i < n_layers]

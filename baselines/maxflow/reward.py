@@ -3,6 +3,7 @@ from the policy's attention, its quality Q from the max flow, plus the format sc
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 from baselines.ground_truth import GroundTruthReward
@@ -11,6 +12,8 @@ from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance,
 from baselines.structured_prompt import STEP_MODES, format_score, parse_structured
 from eval.grading import Grader, default_grader
 from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
+
+log = logging.getLogger(__name__)
 
 
 class MaxFlowReward(RewardFunction):
@@ -22,6 +25,11 @@ class MaxFlowReward(RewardFunction):
     `F` (max flow), `n_steps`, `n_edges`, `no_answer`, `answer_is_last_step`, `untagged_prefix`,
     `truncated`. A row whose gold answer is missing or whose attention pass fails scores `failed_score` and
     says why in `failed`.
+
+    The model is loaded once, when the reward is built. If it cannot be (a wrong path, no memory left on its
+    GPU), building still succeeds, once: `check_ready()` names the error, and every row of every batch fails
+    with it (the reward cannot judge without its graph), so a backend counts the failures and stops the run
+    (`train.max_failed_steps`) instead of rebuilding the reward, and retrying the load, on every call.
     """
 
     diagnostic_keys = (
@@ -64,10 +72,15 @@ class MaxFlowReward(RewardFunction):
             raise ValueError(f"step_mode {step_mode!r} is not valid; choose one of: {', '.join(STEP_MODES)}")
         if tau < 0:
             raise ValueError(f"tau must be >= 0, got {tau}")
+        self.load_error: str | None = None
         if attention is None:
             if model is None:
                 raise ValueError("MaxFlowReward needs the policy checkpoint: set reward.model=PATH (or attention=)")
-            attention = StepAttention(model, tokenizer, layers, max_tokens, use_chat_template, device, dtype)
+            try:
+                attention = StepAttention(model, tokenizer, layers, max_tokens, use_chat_template, device, dtype)
+            except Exception as err:  # kept as text: the exception's frames would keep a half-loaded model alive
+                self.load_error = f"attention model {model!r} not loaded: {type(err).__name__}: {err}"
+                log.error("MaxFlow reward: %s; every row fails until the run is fixed", self.load_error)
         self.attention = attention
         self.tau = float(tau)
         self.step_mode = step_mode
@@ -76,7 +89,13 @@ class MaxFlowReward(RewardFunction):
         self.failed_score = float(failed_score)
         self.grader = grader
 
+    def check_ready(self) -> str | None:
+        """Why the attention model cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        return self.load_error
+
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
+        if self.load_error is not None:
+            return [RewardOutput(self.failed_score, {}, self.load_error) for _ in batch.responses]
         grader = self.grader or default_grader()
         graded = GroundTruthReward(grader)(batch)
         out = []

@@ -383,6 +383,44 @@ def test_reward_end_to_end_on_the_tiny_policy(tiny_qwen3, grader):
     assert o.score == pytest.approx(2 * o.diagnostics["Q"] + 1.0)
 
 
+def test_a_model_that_cannot_be_loaded_fails_every_row_with_the_reason(grader, tmp_path, caplog):
+    """Not an exception on every call (verl would mark the group failed and sample it again, forever): the reward
+    is built once, says why it cannot run, and every row fails with that reason, counted."""
+    missing = str(tmp_path / "no-checkpoint")
+    reward = MaxFlowReward(missing, device="cpu", grader=grader, failed_score=-0.5)
+    problem = reward.check_ready()
+    assert problem.startswith(f"attention model {missing!r} not loaded: ") and reward.attention is None
+    assert "every row fails" in caplog.text
+    batch = RolloutBatch(
+        prompts=["Q"] * 3, responses=[TWO_STEPS, TWO_STEPS.replace("5", "6"), "x"], ground_truths=["5"] * 3
+    )
+    outs = reward(batch)
+    assert [o.score for o in outs] == [-0.5] * 3 and {o.failed for o in outs} == {problem}
+    assert reward.failure_counts == {f"attention model {missing!r} not loaded": 3}
+    joint = WeightedSumReward({"maxflow": reward, "lcs": Const([0.0])}, {"maxflow": 1.0, "lcs": 1.0})
+    assert joint.check_ready() == f"component 'maxflow': {problem}"
+
+
+def test_through_verl_a_model_that_cannot_be_loaded_gives_failed_rows(tmp_path):
+    """verl's per-sample path returns the failed row (`failed` = 1, counted by the trainer) instead of raising."""
+    import sarl.backends.verl.reward as bridge
+
+    cfg = {"_target_": "baselines.maxflow.MaxFlowReward", "model": str(tmp_path / "nowhere"), "device": "cpu"}
+    out = asyncio.run(bridge.compute_score("math", TWO_STEPS, "5", {"user_prompt": "Q", "uid": "u"}, reward=cfg))
+    assert out["failed"] == 1.0 and out["score"] == 0.0
+    assert bridge.reward_from_config(cfg) is bridge.reward_from_config(cfg)  # built, and loaded, once
+
+
+def test_the_attention_model_goes_to_gpu_0_or_the_named_device():
+    from baselines.maxflow.attention import default_device, planned_gpu
+
+    assert default_device() == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert planned_gpu(None) == planned_gpu("cuda") == planned_gpu("cuda:0") == 0 and planned_gpu("cuda:3") == 3
+    assert planned_gpu("cpu") is None
+    with pytest.raises(ValueError, match="use null, cpu, cuda or cuda:N"):
+        planned_gpu("gpu0")
+
+
 # --------------------------------------------------------------------------------- configs and joint
 
 

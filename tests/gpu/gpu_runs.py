@@ -1,6 +1,6 @@
 """What the GPU suite launches, shared by the GPU tests and their CPU checks (test_gpu_configs.py): the one
 GPU a child process may use, the tiny policy and the smoke prompts as verl parquet, the `sarl.train`
-command lines of the verl runs, and the step metrics those runs log."""
+command lines of the verl runs, and the step metrics those runs log in their `metrics.jsonl`."""
 
 from __future__ import annotations
 
@@ -125,12 +125,18 @@ def embedding_model() -> str:
     return os.environ.get("SARL_GPU_EMBED_MODEL") or bundled_minilm_path()
 
 
+def embedding_dim(model: str) -> int:
+    """The size of `model`'s embeddings: its hidden size (neither model has a projection head)."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(model).hidden_size)
+
+
 def embedding_server(model: str, log_path: Path, *overrides: str):
     """The standalone embedding server for `model` exactly as sarl.train plans it (`planned_embedding_server`:
     conf/embedding_server/ budget, max_model_len cut to the model's context, dtype, interpreter) on
     `gpu_device()`, and the model's embedding size."""
     from omegaconf import OmegaConf
-    from transformers import AutoConfig
 
     from sarl.train import compose_train_config, planned_embedding_server
 
@@ -138,7 +144,7 @@ def embedding_server(model: str, log_path: Path, *overrides: str):
     server = planned_embedding_server(cfg, {"embedder": OmegaConf.to_container(cfg.embedding, resolve=True)})
     server.env = {**server.env, **child_env()}
     server.log_path = Path(log_path)
-    return server, int(AutoConfig.from_pretrained(model).hidden_size)  # neither model has a projection head
+    return server, embedding_dim(model)
 
 
 def http_embedder(url: str, model: str, dim: int):
@@ -160,28 +166,44 @@ PROMPTS_PER_STEP = 4
 ROLLOUTS = 4  # per prompt
 MAX_PROMPT_LENGTH = 128
 MAX_RESPONSE_LENGTH = 192
-METRICS_FILE = "verl_metrics.jsonl"  # verl's file logger, in the run directory
+ROLLOUT_SHARE = 0.3  # backend.rollout_gpu_memory_utilization of a row that does not keep its own
+REWARD_WORKERS = 2  # backend.reward_num_workers of a row that does not keep its own
 TIMING_FILE = "gpu_test_timing.json"
 # logged every step by every row (verl 0.9.1: `kl_loss` of workers/utils/losses.py ppo_loss as actor/kl_loss,
 # actor/entropy and the timings of trainer/ppo/v1/trainer_base.py, response_length/* of metric_utils.py)
 COMMON_METRICS = ("actor/kl_loss", "actor/entropy", "response_length/mean", "timing_s/step")
+# a pipeline row's stages (conf/exp/lcs_paper.yaml `pipeline`): verl's SFT trainer, then RL from its checkpoint
+SFT_STAGE, RL_STAGE = "sft", "rl"
+SFT_BATCH = 2  # traces per SFT step: the shipped set (sarl/samples/sft/structured.jsonl) has 6
+SFT_OVERRIDES = (f"train.train_batch_size={SFT_BATCH}", f"train.total_training_steps={STEPS}")  # a pipeline's SFT stage
+SFT_METRICS = ("train/loss", "train/grad_norm")  # verl 0.9.1 trainer/sft_trainer.py, every step
 
 
 @dataclass(frozen=True)
 class Row:
-    """One verl run of the suite: a paper row (conf/exp/) shrunk to one GPU and two steps."""
+    """One verl run of the suite: a paper row (conf/exp/) shrunk to one GPU, two steps and the tiny policy."""
 
     name: str
     exp: str
-    extra: tuple[str, ...]  # overrides of this row on top of the shared ones
+    extra: tuple[str, ...]  # overrides of this row on top of the shared ones (of its RL stage, for a pipeline)
     metrics: tuple[str, ...]  # step metrics this row logs besides COMMON_METRICS
     zeros: tuple[str, ...]  # step metrics that must be 0 (counts of failures)
     n_trained: int  # rollouts per prompt trained on (verl's rollout.n)
     critic: bool
+    group_reward: bool = False  # scored by SarlTrainer on whole groups, not by verl's reward workers
+    # conf/embedding/: local (MiniLM in every reward worker) or vllm_server (url auto: sarl.train starts the
+    # server on the run's GPU, at embedding_server.gpu_memory_utilization, before verl)
+    embedding: str = "local"
+    rollout_share: float | None = ROLLOUT_SHARE  # None: the row's own backend.rollout_gpu_memory_utilization
+    reward_workers: int | None = REWARD_WORKERS  # None: the row's own backend.reward_num_workers
+    pipeline: bool = False  # an SFT_STAGE (SFT_OVERRIDES), then the RL_STAGE from its Hugging Face checkpoint
 
 
-# every response embedded and scored, every rollout with its reward info (sarl.backends.verl.trainer)
-SARL_ZEROS = ("reward/failed", "reward/missing_info")
+# every response scored, every rollout with its reward info, every step's update done (sarl.backends.verl.trainer)
+SARL_ZEROS = ("reward/failed", "reward/missing_info", "reward/update_skipped")
+# a group reward: every response scored, every prompt with its rollout.n sessions, every step's update done
+GROUP_ZEROS = ("reward/failed", "reward/short_groups", "reward/update_skipped")
+TRUNCATED = "response/truncated_left_out"  # logged by a row that masks truncated responses (train.mask_truncated)
 
 ROWS = (
     # a per-response reward through verl's reward workers (sarl.backends.verl.reward.compute_score)
@@ -195,6 +217,7 @@ ROWS = (
         ("reward/short_groups",),
         2,
         False,
+        group_reward=True,
     ),
     Row(
         "ppo_sarl",
@@ -205,42 +228,102 @@ ROWS = (
         ROLLOUTS,
         True,
     ),
+    # the paper's setting of the structure reward: the vLLM embedding server that sarl.train starts (url auto)
+    # beside verl's vLLM rollout on the same GPU, each at the row's share
+    Row(
+        "grpo_sarl_server",
+        "grpo_sarl_math",
+        (),
+        ("reward/sr/mean", "reward/C/mean", "reward/score/mean"),
+        SARL_ZEROS,
+        ROLLOUTS,
+        False,
+        embedding="vllm_server",
+        rollout_share=None,
+    ),
+    # MaxFlow: the reward worker loads the policy's attention model on the GPU beside the rollout, as the row
+    # places it (one reward worker, the row's rollout share). The tiny policy has 2 layers (the paper reads the
+    # last 5) and, never trained on tagged prompts, answers none of them: plain prompts, steps split on blank
+    # lines (the reward's free-form ablation), so its correct responses get their graph from an attention pass
+    Row(
+        "grpo_maxflow",
+        "grpo_maxflow_math",
+        ("reward.layers=[-2,-1]", "reward.step_mode=paragraphs", "train.resample_tags=false"),
+        ("reward/score/mean", "reward/r_maxflow/mean", "reward/Q/mean", "reward/n_edges/mean", TRUNCATED),
+        SARL_ZEROS,
+        ROLLOUTS,
+        False,
+        rollout_share=None,
+        reward_workers=None,
+    ),
+    # Structured Reasoning's pipeline: verl's SFT trainer (torchrun, NCCL) on the shipped tagged traces, then GRPO
+    # with the LCS group reward from the checkpoint it wrote; the RL stage on plain prompts, as for MaxFlow
+    Row(
+        "lcs_paper",
+        "lcs_paper",
+        ("train.resample_tags=false",),
+        ("reward/score/mean", "reward/format/mean", "reward/voted_sessions", "reward/trained_sessions", TRUNCATED),
+        GROUP_ZEROS,
+        ROLLOUTS,
+        False,
+        group_reward=True,
+        pipeline=True,
+    ),
 )
 
 
 def train_overrides(row: Row, model_dir: Path, data: dict[str, Path], root: Path) -> list[str]:
     """The `python -m sarl.train` arguments of `row`: the paper row with the tiny policy, the smoke prompts,
-    the in-process MiniLM embedder, one GPU, PROMPTS_PER_STEP x ROLLOUTS responses per step, STEPS steps,
-    a checkpoint at the last step, validation at the last step, and verl's file logger. The run directory
-    is `root/row.name`."""
-    return [
-        f"+exp={row.exp}",
-        "model=tiny_qwen3",
-        f"model.path={model_dir}",
+    one GPU, PROMPTS_PER_STEP x ROLLOUTS responses per step, STEPS steps, a checkpoint at the last step,
+    validation at the last step (metrics in the run's metrics.jsonl, as every verl run logs them). The run
+    directory is `root/row.name`; a pipeline's RL stage gets the run's overrides (`rl:key=value`), its SFT
+    stage SFT_OVERRIDES."""
+    run = [
         "data=smoke",
         f"data.train_files={data['train']}",
         f"data.val_files={data['test']}",
-        f"data.max_response_length={MAX_RESPONSE_LENGTH}",
-        "embedding=local",
-        "logger=none",
-        f"paths.root={root}",
-        f"run_dir={root / row.name}",
-        "train.nnodes=1",
-        "train.n_gpus_per_node=1",
+        *embedding_overrides(row),
         f"train.rollout_n={ROLLOUTS}",
         f"train.train_batch_size={PROMPTS_PER_STEP}",
         f"train.ppo_mini_batch_size={PROMPTS_PER_STEP // 2}",  # two optimiser steps per training step
         "train.micro_batch_size_per_gpu=4",
         f"train.max_prompt_length={MAX_PROMPT_LENGTH}",
+        f"train.max_response_length={MAX_RESPONSE_LENGTH}",
+        f"train.total_training_steps={STEPS}",
         f"train.save_freq={STEPS}",
         f"train.test_freq={STEPS}",
-        "backend.rollout_gpu_memory_utilization=0.3",
-        "backend.reward_num_workers=2",
-        f"+backend.overrides.trainer.total_training_steps={STEPS}",
+        *([f"backend.rollout_gpu_memory_utilization={row.rollout_share}"] if row.rollout_share is not None else []),
+        *([f"backend.reward_num_workers={row.reward_workers}"] if row.reward_workers is not None else []),
         "+backend.overrides.trainer.val_before_train=false",
-        "+backend.overrides.trainer.logger=[console,file]",
         *row.extra,
     ]
+    if row.pipeline:
+        run = [f"{RL_STAGE}:{o}" for o in run] + [f"{SFT_STAGE}:{o}" for o in SFT_OVERRIDES]
+    return [
+        f"+exp={row.exp}",
+        "model=tiny_qwen3",
+        f"model.path={model_dir}",
+        "logger=none",
+        f"paths.root={root}",
+        f"run_dir={root / row.name}",
+        "train.nnodes=1",
+        "train.n_gpus_per_node=1",
+        *run,
+    ]
+
+
+def embedding_overrides(row: Row) -> list[str]:
+    """The row's embedder: the in-process MiniLM, or the HTTP client of the server sarl.train starts (the
+    group's url `auto`) for `embedding_model()`."""
+    if row.embedding == "local":
+        return ["embedding=local"]
+    model = embedding_model()
+    return [f"embedding={row.embedding}", f"embedding.model={model}", f"embedding.dim={embedding_dim(model)}"]
+
+
+def rl_run_dir(row: Row, root: Path) -> Path:
+    """The directory of the row's verl RL run: `root/row.name`, or its RL stage's for a pipeline."""
+    return root / row.name / RL_STAGE if row.pipeline else root / row.name
 
 
 def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int:
@@ -268,19 +351,12 @@ def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: f
             raise TimeoutError(f"sarl.train ran past {timeout_s:.0f} s; log: {log_path}") from None
 
 
-def read_step_metrics(path: Path) -> dict[int, dict[str, Any]]:
-    """verl's file logger (verl/utils/tracking.py FileLogger: one `{"step": N, "data": {...}}` per line)
-    as step -> metrics; a step logged twice fails."""
-    steps: dict[int, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        entry = json.loads(line)
-        step = int(entry["step"])
-        if step in steps:
-            raise ValueError(f"{path}: step {step} logged twice")
-        steps[step] = entry["data"]
-    return steps
+def read_step_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The run's metrics.jsonl (verl's file logger: `{"step": N, "data": {...}}` lines) as step -> metrics, the
+    lines of one step merged (`sarl.figures.read_metrics_history`: verl logs a step's validation apart)."""
+    from sarl.figures import read_metrics_history
+
+    return {int(row["step"]): row for row in read_metrics_history(run_dir)}
 
 
 def missing_metrics(metrics: dict[str, Any], names: tuple[str, ...]) -> list[str]:

@@ -1,32 +1,38 @@
 """CPU checks of the GPU suite, up to the GPU: which tests `pytest -m gpu` selects and why they skip here,
 the one-GPU environment of its child processes, the exact `sarl.train` command lines of its verl runs
-(dry run: the verl config they would launch), the parquet its fixture writes read by verl's own dataset
-code, the reward metrics its runs expect, and the reader of verl's file logger."""
+(dry run: the verl config they would launch, stage by stage for a pipeline), the parquet its fixture writes
+read by verl's own dataset code, the reward metrics its runs expect, and the reader of the runs'
+metrics.jsonl."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gpu_runs import (
     MAX_PROMPT_LENGTH,
     MAX_RESPONSE_LENGTH,
-    METRICS_FILE,
     REPO,
+    RL_STAGE,
     ROLLOUTS,
     ROWS,
+    SFT_BATCH,
+    SFT_STAGE,
     SMOKE_NAME,
     STEPS,
     VAL_PROMPTS,
     child_env,
+    embedding_dim,
     embedding_model,
     embedding_server,
     gpu_device,
     http_embedder,
     missing_metrics,
     read_step_metrics,
+    rl_run_dir,
     smoke_rows,
     train_overrides,
     why_no_gpu,
@@ -52,10 +58,12 @@ def pytest_run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_pytest_m_gpu_selects_exactly_the_gpu_suite():
+def test_pytest_m_gpu_selects_the_gpu_suite():
+    """Every test of this directory that needs a GPU, and nothing else here (`gpu` tests elsewhere, beside the code
+    they check, are selected too)."""
     proc = pytest_run("-m", "gpu", "--collect-only", "-q", "tests")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert {line for line in proc.stdout.splitlines() if "::" in line} == GPU_TESTS
+    assert {line for line in proc.stdout.splitlines() if line.startswith("tests/gpu/")} == GPU_TESTS
 
 
 def test_without_a_gpu_the_suite_is_skipped_with_the_reason():
@@ -77,9 +85,9 @@ def test_child_processes_get_one_gpu_and_their_own_ray(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # e.g. SLURM's allocation: its first GPU
     assert gpu_device() == "3"
     monkeypatch.setenv("SARL_GPU_TEST_DEVICE", "5")
-    env = child_env(VERL_FILE_LOGGER_PATH="/tmp/m.jsonl")
+    env = child_env(HF_HUB_OFFLINE="0")  # e.g. SARL_GPU_EMBED_MODEL from the hub
     assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["RAY_ADDRESS"] == "local"
-    assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["VERL_FILE_LOGGER_PATH"] == "/tmp/m.jsonl"
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["HF_HUB_OFFLINE"] == "0"
 
 
 # -- what the embedding test launches --------------------------------------------------------------
@@ -134,42 +142,143 @@ def dry_run(row, policy, data, root) -> tuple[dict, str]:
     return OmegaConf.to_container(OmegaConf.create(proc.stdout), resolve=True), proc.stderr.strip().splitlines()[-1]
 
 
+def pipeline_dry_run(row, policy, data, root, run_stage) -> None:
+    """`run_stage(cfg, choices, overrides)` on every stage of the dry run of a pipeline row, each composed as
+    `python -m sarl.train <the GPU test's overrides> train.dry_run=true` composes it (sarl.pipeline)."""
+    from sarl.compose import compose_user_config
+    from sarl.pipeline import run_pipeline, split_stage_overrides
+    from sarl.train import experiment_name
+
+    common, per_stage = split_stage_overrides([*train_overrides(row, policy, data, root), "train.dry_run=true"])
+    cfg, choices = compose_user_config(common)
+    assert run_pipeline(cfg, experiment_name(choices), common, per_stage, root / row.name, run_stage) == 0
+
+
+def stage_dry_runs(row, policy, data, root, capsys) -> dict[str, tuple[dict, str]]:
+    """What the dry run prints for each run it would launch, by stage (RL_STAGE alone unless the row is a
+    pipeline): verl's config (resolved) and the launch command."""
+    from omegaconf import OmegaConf
+
+    from sarl.train import run
+
+    if not row.pipeline:
+        return {RL_STAGE: dry_run(row, policy, data, root)}
+    printed = {}
+
+    def dry_run_stage(cfg, choices, overrides) -> int:
+        capsys.readouterr()
+        rc = run(cfg, choices, overrides)
+        out, err = capsys.readouterr()
+        config = OmegaConf.to_container(OmegaConf.create(out), resolve=True)
+        printed[Path(cfg.run_dir).name] = config, err.strip().splitlines()[-1]
+        return rc
+
+    pipeline_dry_run(row, policy, data, root, dry_run_stage)
+    return printed
+
+
+def rl_config(row, policy, data, root):
+    """The composed config of the row's RL run (a pipeline's RL stage)."""
+    from sarl.train import compose_train_config
+
+    if not row.pipeline:
+        return compose_train_config(train_overrides(row, policy, data, root))[0]
+    stages = {}
+
+    def keep(cfg, choices, overrides) -> int:
+        stages[Path(cfg.run_dir).name] = cfg
+        return 0
+
+    pipeline_dry_run(row, policy, data, root, keep)
+    return stages[RL_STAGE]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(row, tiny_policy_layout, smoke_parquet, tmp_path):
-    v, command = dry_run(row, tiny_policy_layout, smoke_parquet, tmp_path)
+def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(
+    row, tiny_policy_layout, smoke_parquet, tmp_path, capsys
+):
+    from transformers import AutoConfig
+
+    from sarl.train import compose_train_config
+
+    runs = stage_dry_runs(row, tiny_policy_layout, smoke_parquet, tmp_path, capsys)
+    v, command = runs[RL_STAGE]
     trainer, rollout, actor = v["trainer"], v["actor_rollout_ref"]["rollout"], v["actor_rollout_ref"]["actor"]
-    run_dir = tmp_path / row.name
+    run_dir = rl_run_dir(row, tmp_path)
     assert f"-m sarl.backends.verl.main --config-path {run_dir} --config-name verl_trainer" in command
-    assert not run_dir.exists()  # a dry run writes nothing
+    assert not (tmp_path / row.name).exists()  # a dry run writes nothing
     # one GPU: the trainer's, the rollout's and vLLM's tensor parallelism
     assert trainer["nnodes"] == 1 and trainer["n_gpus_per_node"] == 1
     assert rollout["n_gpus_per_node"] == 1 and rollout["tensor_model_parallel_size"] == 1
-    # two steps, a checkpoint and a validation at the last, metrics in verl's file logger
+    # two steps, a checkpoint and a validation at the last, metrics in the run's metrics.jsonl (verl's file logger)
     assert trainer["total_training_steps"] == STEPS and trainer["val_before_train"] is False
     assert trainer["save_freq"] == STEPS and trainer["test_freq"] == STEPS
     assert trainer["logger"] == ["console", "file"] and trainer["default_local_dir"] == f"{run_dir}/checkpoints"
     assert trainer["use_v1"] is True and trainer["v1"]["trainer_mode"] == "sarl"
-    # the policy, the data, vLLM rollouts
-    assert v["actor_rollout_ref"]["model"]["path"] == str(tiny_policy_layout)
+    # the policy (a pipeline's RL stage: the SFT stage's checkpoint), the data, vLLM rollouts
+    start = tmp_path / row.name / SFT_STAGE / "checkpoints" / "global_step_LAST" / "huggingface"
+    assert v["actor_rollout_ref"]["model"]["path"] == str(start if row.pipeline else tiny_policy_layout)
     assert v["data"]["train_files"] == str(smoke_parquet["train"])
     assert v["data"]["val_files"] == str(smoke_parquet["test"])
     assert rollout["name"] == "vllm" and rollout["prompt_length"] == MAX_PROMPT_LENGTH
     assert rollout["response_length"] == MAX_RESPONSE_LENGTH
     assert rollout["n"] == row.n_trained and trainer["v1"]["sarl"]["n_votes"] == ROLLOUTS
     assert actor["use_kl_loss"] is True  # actor/kl_loss is logged
-    # the algorithm and the reward
+    # the algorithm, the memory share of the rollout
     assert v["critic"]["enable"] is row.critic
     assert v["algorithm"]["adv_estimator"] == ("gae" if row.critic else "grpo")
+    own = compose_train_config([f"+exp={row.exp}"])[0]  # the row as its exp file has it
+    share = own.backend.rollout_gpu_memory_utilization if row.rollout_share is None else row.rollout_share
+    assert rollout["gpu_memory_utilization"] == share
+    # the reward: on whole groups in the trainer, or per response in verl's reward workers
     function = v["reward"]["custom_reward_function"]
     reward = function["reward_kwargs"]["reward"]
-    if row.name.endswith("ttrl"):
-        assert reward["_target_"] == "baselines.ttrl.TTRLReward"
-        assert function["path"] is None and v["reward"]["num_workers"] == 0  # scored by SarlTrainer on groups
+    assert reward["_target_"] == own.reward._target_
+    if row.group_reward:
+        assert function["path"] is None and v["reward"]["num_workers"] == 0
     else:
-        assert reward["_target_"] == "sarl.reward.StructureReward"
-        assert reward["embedder"]["_target_"] == "sarl.embed.local.SentenceTransformerEmbedder"
         assert function["path"] == "pkg://sarl.backends.verl.reward"
+        workers = own.backend.reward_num_workers if row.reward_workers is None else row.reward_workers
+        assert v["reward"]["num_workers"] == workers
+    embedder = reward.get("embedder")
+    if row.embedding == "vllm_server":  # the server sarl.train starts on this node, its URL planned
+        model = embedding_model()
+        assert embedder["_target_"] == "sarl.embed.http.HTTPEmbedder"
+        assert embedder["url"].startswith("http://127.0.0.1:")
+        assert embedder["model"] == model and embedder["dim"] == embedding_dim(model)
+    elif embedder is not None:
+        assert embedder["_target_"] == "sarl.embed.local.SentenceTransformerEmbedder"
+    if "layers" in reward:  # an attention reward reads layers the policy has
+        n_layers = AutoConfig.from_pretrained(tiny_policy_layout).num_hidden_layers
+        assert reward["model"] == str(tiny_policy_layout) and all(-n_layers <= i < n_layers for i in reward["layers"])
+
+    if row.pipeline:  # the SFT stage: verl's SFT trainer under torchrun on the GPU, its checkpoint for the RL stage
+        sft, sft_command = runs[SFT_STAGE]
+        sft_dir = tmp_path / row.name / SFT_STAGE
+        assert f"--nproc_per_node=1 -m verl.trainer.sft_trainer --config-path {sft_dir} " in sft_command
+        assert sft["model"]["path"] == str(tiny_policy_layout)
+        assert sft["trainer"]["nnodes"] == 1 and sft["trainer"]["n_gpus_per_node"] == 1
+        assert sft["trainer"]["total_training_steps"] == STEPS and sft["data"]["train_batch_size"] == SFT_BATCH
+        assert "file" in sft["trainer"]["logger"] and sft["trainer"]["default_local_dir"] == f"{sft_dir}/checkpoints"
+        assert "hf_model" in sft["checkpoint"]["save_contents"]
+
+
+@pytest.mark.slow
+def test_the_embedding_server_of_a_run_shares_its_gpu(tiny_policy_layout, smoke_parquet, tmp_path, monkeypatch):
+    """The server sarl.train starts for the server row: on the first GPU the run sees (the one its rollout uses
+    first), at the configured budget."""
+    from omegaconf import OmegaConf
+
+    from sarl.train import planned_embedding_server
+
+    (row,) = [r for r in ROWS if r.embedding == "vllm_server"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # child_env gives the run one GPU
+    cfg = rl_config(row, tiny_policy_layout, smoke_parquet, tmp_path)
+    server = planned_embedding_server(cfg, OmegaConf.to_container(cfg.reward, resolve=True))
+    cmd = server.command()
+    assert server.env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert float(cmd[cmd.index("--gpu-memory-utilization") + 1]) == cfg.embedding_server.gpu_memory_utilization
 
 
 @pytest.mark.slow
@@ -211,25 +320,25 @@ def test_the_parquet_loads_with_verls_dataset_and_renders_the_smoke_prompts(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [r for r in ROWS if r.embedding == "local"], ids=lambda r: r.name)
 def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layout, smoke_parquet, tmp_path):
-    """The row's reward, built from its composed config, on one group of shipped reasoning traces: its
-    `reward/*/mean` metrics (sarl.backends.verl.reward.row_metrics, what SarlTrainer logs) include the
-    ones the GPU test asserts."""
+    """The row's reward, built from its composed config (of its RL stage), on one group of shipped reasoning
+    traces: its `reward/*/mean` metrics (sarl.backends.verl.reward.row_metrics, what SarlTrainer logs) include
+    the ones the GPU test asserts. (The server row's reward is grpo_sarl's with the HTTP client of the server
+    that only its GPU run starts.)"""
     from omegaconf import OmegaConf
 
     from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
     from sarl.interface import RolloutBatch
     from sarl.smoke import DATA_DIR
-    from sarl.train import compose_train_config
 
-    cfg, _ = compose_train_config(train_overrides(row, tiny_policy_layout, smoke_parquet, tmp_path))
+    cfg = rl_config(row, tiny_policy_layout, smoke_parquet, tmp_path)
     traces = [json.loads(line) for line in (DATA_DIR / "traces.jsonl").read_text().splitlines()[:ROLLOUTS]]
     batch = RolloutBatch(
         prompts=[t["prompt"][0]["content"] for t in traces],
         responses=[t["completion"][0]["content"] for t in traces],
         group_ids=["g"] * ROLLOUTS,
-        ground_truths=[["144"]] * ROLLOUTS,
+        ground_truths=[[t["ground_truth"]] for t in traces],  # correct: MaxFlow's graph is of correct responses
         data_sources=[SMOKE_NAME] * ROLLOUTS,
         extra_info=[{}] * ROLLOUTS,
     )
@@ -241,23 +350,26 @@ def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layo
 
 
 @pytest.mark.slow
-def test_the_metrics_reader_reads_verls_file_logger(tmp_path, monkeypatch):
+def test_the_metrics_reader_merges_the_lines_of_a_step(tmp_path, monkeypatch):
+    """verl's file logger as a run writes it (sarl.backends.verl.config.process_env: the run directory's
+    metrics.jsonl): a step's training and validation metrics on two lines, read as one step."""
     from verl.utils.tracking import Tracking
 
-    path = tmp_path / METRICS_FILE
-    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    from sarl.backends.verl.config import METRICS_FILE
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / METRICS_FILE))
     tracking = Tracking(project_name="sarl", experiment_name="gpu", default_backend=["file"])
     for step in (1, 2):
         tracking.log({"actor/kl_loss": 0.01 * step, "timing_s/step": 3.5, "reward/sr/mean": float("nan")}, step=step)
+    tracking.log({f"val-core/{SMOKE_NAME}/acc/mean@1": 0.25}, step=2)
     tracking.finish()
-    steps = read_step_metrics(path)
+    assert len((tmp_path / METRICS_FILE).read_text().splitlines()) == 3
+    steps = read_step_metrics(tmp_path)
     assert sorted(steps) == [1, 2] and steps[2]["actor/kl_loss"] == pytest.approx(0.02)
+    assert steps[2][f"val-core/{SMOKE_NAME}/acc/mean@1"] == 0.25
     assert missing_metrics(steps[1], ("actor/kl_loss", "timing_s/step")) == []
     # NaN is written as null (orjson); an absent metric reads as None too
     assert missing_metrics(steps[1], ("reward/sr/mean", "actor/entropy")) == [
         "reward/sr/mean=None",
         "actor/entropy=None",
     ]
-    path.write_text(path.read_text() * 2)
-    with pytest.raises(ValueError, match="step 1 logged twice"):
-        read_step_metrics(path)

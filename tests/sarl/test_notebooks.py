@@ -190,6 +190,23 @@ def test_fig3_reads_verl_names_and_keeps_the_last_record_of_a_repeated_step(tmp_
     assert kl == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.2]}
 
 
+def test_fig3_reads_the_metrics_jsonl_of_verls_file_logger(tmp_path):
+    """verl's file logger writes `{"step", "data": {...}}` lines, a step's validation on a line of its own."""
+    lines = [
+        {"step": 0, "data": {"val-core/smoke/acc/mean@1": 0.5}},
+        {"step": 1, "data": {"actor/kl_loss": 0.1, "actor/entropy": 0.5, "response_length/mean": 100.0}},
+        {"step": 2, "data": {"actor/kl_loss": 0.3, "actor/entropy": 0.4, "response_length/mean": 90.0}},
+        {"step": 2, "data": {"val-core/smoke/acc/mean@1": 0.6}},
+    ]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run_notebook("fig3_training.py", "--runs", f"verl={run_dir}", "--out", tmp_path / "out")
+    series = json.loads((tmp_path / "out" / "fig3.json").read_text())
+    assert series["KL to the reference"]["verl"] == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.3]}
+    assert series["response length (tokens)"]["verl"]["values"] == [100.0, 90.0]
+
+
 FAKE_WANDB = """
 import json, os
 

@@ -117,7 +117,6 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
         "trainer.test_freq": t.test_freq,
         "trainer.nnodes": t.nnodes,
         "trainer.n_gpus_per_node": t.n_gpus_per_node,
-        "trainer.logger": list(cfg.logger.backends),
         "trainer.project_name": cfg.logger.project,
         "trainer.experiment_name": experiment,
         "trainer.default_local_dir": f"{run_dir}/checkpoints",
@@ -132,8 +131,37 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     values["actor_rollout_ref.model.override_config"] = attn  # actor and reference
     values["critic.model.override_config"] = attn
     values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
+    values["trainer.logger"] = with_file_logger(cfg.logger.backends)
+    if b.get("cpu", False):  # backend=verl_cpu (sarl/backends/verl/cpu)
+        from sarl.backends.verl import cpu
+
+        values.update(cpu.verl_values(cfg))
     values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
     return values
+
+
+METRICS_FILE = "metrics.jsonl"  # in the run directory: verl's file logger, one {"step", "data"} line per step
+PATCH_MODULE = "sarl.backends.verl.patches"  # imported by every process of a verl run (VERL_USE_EXTERNAL_MODULES)
+
+
+def with_file_logger(backends: Any) -> list[str]:
+    """The run's loggers plus verl's file logger, which writes `metrics.jsonl` (`process_env`) in every verl run."""
+    backends = [str(x) for x in backends]
+    return [*backends, "file"] if "file" not in backends else backends
+
+
+def process_env(cfg: DictConfig, run_dir: str | Path) -> dict[str, str]:
+    """The environment every process of a verl run gets (the launched entry point, and through Ray's runtime_env
+    every worker on every node; torchrun's ranks inherit it): our patches imported by `import verl`
+    (sarl.backends.verl.patches; on `backend=verl_cpu` also the CPU plugin) and the path of `metrics.jsonl`."""
+    modules = [PATCH_MODULE]
+    env = {"VERL_FILE_LOGGER_PATH": str(Path(run_dir) / METRICS_FILE)}
+    if cfg.backend.get("cpu", False):
+        from sarl.backends.verl import cpu
+
+        modules.append(cpu.PLUGIN_MODULE)
+        env.update(cpu.process_env(Path(run_dir)))
+    return {"VERL_USE_EXTERNAL_MODULES": ",".join(modules), **env}
 
 
 def _check_schedule_and_masking(t: DictConfig) -> None:
@@ -186,7 +214,7 @@ def build_verl_config(
     to verl's reward workers (per-response rewards) or our trainer (group rewards) as
     `reward.custom_reward_function.reward_kwargs.reward`. `env_vars` (the W&B settings) go into Ray's
     runtime_env, so verl's trainer actor and workers get them on every node, whatever environment the
-    Ray daemons were started with (verl's `run_ppo` merges it into its own runtime_env)."""
+    Ray daemons were started with (verl's `run_ppo` merges it into its own runtime_env), with `process_env`'s."""
     from sarl.backends.verl.reward import is_group_reward
 
     group_reward = is_group_reward(reward_cfg)
@@ -216,10 +244,14 @@ def build_verl_config(
             "mask_truncated": bool(cfg.train.mask_truncated),  # SarlTrainer._with_truncated
             "resample_tags": bool(cfg.train.resample_tags),  # SarlTrainer._next_train_batch
         }
-    if env_vars:
-        runtime_env = base.ray_kwargs.ray_init.runtime_env
-        with read_write(runtime_env), open_dict(runtime_env):
-            runtime_env.env_vars = dict(env_vars)
+    env_vars = {**(env_vars or {}), **process_env(cfg, run_dir)}
+    runtime_env = base.ray_kwargs.ray_init.runtime_env
+    with read_write(runtime_env), open_dict(runtime_env):
+        runtime_env.env_vars = dict(env_vars)
+    if cfg.backend.get("cpu", False):
+        from sarl.backends.verl import cpu
+
+        cpu.with_cpu_settings(base)
     return base
 
 

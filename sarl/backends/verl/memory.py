@@ -1,18 +1,33 @@
-"""The GPU memory plan of a verl run: what each GPU holds, from the models' `config.json` and the config.
+"""The GPU memory plan of a verl run: what each GPU holds, from the models' `config.json` and verl's config.
 
 verl colocates everything on every GPU of the node (one resource pool): the vLLM rollout engine takes
 `rollout.gpu_memory_utilization` of each GPU, and the FSDP shards of the actor, the reference and (PPO)
-the critic live beside it. The embedding server of the structure reward (SARL App. A.3) runs on one of
-those GPUs (`embedding_server.gpu`) with its own `gpu_memory_utilization`; Ray does not know of it, so
-that GPU is the fullest and is the one planned here.
+the critic live beside it. What runs beside verl's workers on one GPU of the node (the embedding server of
+the structure reward, SARL App. A.3; the MaxFlow reward's attention model) is not known to Ray: the GPU
+that holds most of it is the fullest and is the one planned (`shared` items, chosen by `sarl.preflight`).
 
-Two phases:
-- generation: vLLM awake (its whole share), the training state that stays resident (parameter and
-  optimizer shards unless offloaded; gradients are freed after each update), the embedding server,
-  and a CUDA context per process;
-- update: vLLM asleep (verl's `free_cache_engine` releases its cache and weights), the parameter,
-  gradient and optimizer shards, the embedding server, the contexts. Activations are not estimated
-  (they are bounded by `use_dynamic_bsz`'s token budget per GPU and gradient checkpointing).
+Every figure is read from the verl config being planned (verl 0.9.1 file:line):
+- dtypes: each model loads in its `fsdp_config.model_dtype` (fp32 in verl's ppo_trainer config; unset, fp32
+  for a trained model and bf16 for a forward-only one: workers/engine/fsdp/transformer_impl.py:258-263);
+  Adam's two moments and the gradients take the parameters' dtype.
+- placement: the reference is forward-only (`ref.fsdp_config.forward_only: true`), and verl offloads a
+  forward-only model's parameters to the host, FSDP1 with `CPUOffload(offload_params=True)`
+  (transformer_impl.py:429-434), FSDP2 with `CPUOffloadPolicy` (:459-463), as it does any model with
+  `offload_policy`. Its fp32 shard lives in host memory; on the GPU it is gathered one FSDP unit at a time
+  for its forward pass (not counted, as activations are not). `param_offload`/`optimizer_offload` move the
+  actor's and critic's shards to the host between phases and back for their own (workers/engine/base.py:314-328).
+- logits: each forward pass (log-prob recompute, reference, actor update) builds the logits of one whole
+  micro-batch over the vocabulary (`logits_gib`).
+
+Phases, in the order of one step:
+- generation: vLLM awake (its whole share), the actor's (and critic's) resident shards, the shared items,
+  a CUDA context per process;
+- log-probs: vLLM asleep (verl's `free_cache_engine` releases its cache and weights), the actor's
+  recompute of the old log-probs: its parameters, resident optimizer, logits of one micro-batch;
+- reference (a KL term): the reference's forward pass, logits of one of its micro-batches;
+- update: the parameter, gradient and optimizer shards of the actor (and critic), the actor's logits.
+Activations are not estimated (bounded by `use_dynamic_bsz`'s token budget per GPU and gradient
+checkpointing with activation offload).
 
 A plan above `LIMIT` of the GPU fails the preflight and `sarl.train`.
 
@@ -28,19 +43,22 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 GIB = 1024**3
 LIMIT = 0.95  # share of a GPU the plan may fill
 CONTEXT_GIB = 0.5  # CUDA context + library workspaces per process on a GPU (estimate)
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+LOGIT_BYTES = 4  # float32: see logits_gib
 
 
 @dataclass
 class Item:
+    """One thing on the planned GPU; `processes`: the CUDA processes it brings (each with a context)."""
+
     name: str
     gib: float
     note: str = ""
+    processes: int = 0
 
 
 @dataclass
@@ -69,6 +87,9 @@ class MemoryPlan:
     @property
     def ok(self) -> bool:
         return self.fraction <= LIMIT
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)
 
     def summary(self) -> str:
         p = self.peak
@@ -106,9 +127,10 @@ def find_model_config(path_or_repo: str, allow_download: bool = False) -> dict[s
 
 def parameter_count(config: dict[str, Any], head: str = "causal_lm") -> int:
     """Exact parameter count of the model a config.json describes (built on the meta device: no memory),
-    with a causal-LM head (actor, reference) or a one-label token-classification head (verl's critic)."""
+    with a causal-LM head (actor, reference), a one-label token-classification head (verl's critic) or none
+    (`base`: `AutoModel`, as the MaxFlow reward loads it)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
     cfg = dict(config)
     hf = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
@@ -116,9 +138,28 @@ def parameter_count(config: dict[str, Any], head: str = "causal_lm") -> int:
         if head == "critic":
             hf.num_labels = 1
             model = AutoModelForTokenClassification.from_config(hf)
+        elif head == "base":
+            model = AutoModel.from_config(hf)
         else:
             model = AutoModelForCausalLM.from_config(hf)
     return sum(p.numel() for p in model.parameters())
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a dtype as verl's configs and config.json files spell it (fp32, bf16, float32,
+    bfloat16, ...), parsed by verl's own `PrecisionType`."""
+    from verl.utils.torch_dtypes import PrecisionType
+
+    try:
+        return PrecisionType.to_dtype(name).itemsize
+    except RuntimeError as err:
+        raise ValueError(f"unknown dtype {name!r}: use fp32, bf16 or fp16 (or float32, bfloat16, float16)") from err
+
+
+def config_dtype(config: dict[str, Any]) -> str:
+    """The dtype `from_pretrained(dtype="auto")` loads a checkpoint in: its config's `torch_dtype` (`dtype` in
+    newer files), float32 where it names none."""
+    return str(config.get("torch_dtype") or config.get("dtype") or "float32")
 
 
 def kv_bytes_per_token(config: dict[str, Any], dtype: str) -> int:
@@ -126,7 +167,7 @@ def kv_bytes_per_token(config: dict[str, Any], dtype: str) -> int:
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     kv_heads = config.get("num_key_value_heads") or heads
-    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * DTYPE_BYTES[dtype]
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes(dtype)
 
 
 # -- the embedding server ------------------------------------------------------------------------
@@ -169,9 +210,9 @@ def embedding_budget(
     context plus one forward pass over `max(max_model_len, 8192)` tokens (hidden states and MLP
     activations), an estimate."""
     length = int(max_model_len or config["max_position_embeddings"])
-    weights = parameter_count(config) * DTYPE_BYTES[dtype]
+    weights = parameter_count(config) * dtype_bytes(dtype)
     tokens = max(length, 8192)
-    activations = tokens * (4 * config["hidden_size"] + 2 * config["intermediate_size"]) * DTYPE_BYTES[dtype]
+    activations = tokens * (4 * config["hidden_size"] + 2 * config["intermediate_size"]) * dtype_bytes(dtype)
     return EmbeddingBudget(
         budget_gib=gpu_memory_utilization * gpu_gib,
         weights_gib=weights / GIB,
@@ -181,59 +222,166 @@ def embedding_budget(
     )
 
 
+def embedding_server_item(gpu_memory_utilization: float, gpu_gib: float) -> Item:
+    """The embedding server on its GPU: its whole share (vLLM takes it at start-up), one process."""
+    return Item("embedding server", gpu_memory_utilization * gpu_gib, "its gpu_memory_utilization", processes=1)
+
+
+# -- the logits of one micro-batch ---------------------------------------------------------------
+
+
+def micro_batch_tokens(
+    use_dynamic_bsz: bool, max_token_len_per_gpu: int | None, micro_batch_size_per_gpu: int | None, seq_len: int
+) -> int:
+    """The most tokens one micro-batch of a GPU holds. With `use_dynamic_bsz`, verl packs sequences up to
+    `max_token_len_per_gpu` and raises the number of micro-batches until every one fits it
+    (utils/seqlen_balancing.py:441-456; Ulysses multiplies the budget and splits the packed sequence by the
+    same factor: workers/engine/utils.py:110-111). Otherwise `micro_batch_size_per_gpu` whole sequences of
+    up to `seq_len` (prompt + response) tokens."""
+    if use_dynamic_bsz:
+        return int(max_token_len_per_gpu)
+    return int(micro_batch_size_per_gpu) * seq_len
+
+
+def logits_gib(tokens: int, vocab_size: int) -> float:
+    """One float32 (tokens, vocab) tensor: the logits of one micro-batch, as verl's log-probs and entropy see
+    them. verl's FSDP engine runs the forward under torch.autocast(bfloat16)
+    (workers/engine/fsdp/transformer_impl.py:1559-1566) and keeps the full-vocabulary logits of the packed
+    micro-batch (:1382, `output.logits`; only `use_fused_kernels` avoids them, :1362-1367); the log-softmax
+    of the log-probs (utils/torch_functional.py:202, row by row, its outputs kept for the backward of the
+    update) and the softmax of the entropy (:243, computed at the log-prob recompute: trainer/ppo/v1/
+    trainer_base.py:1653) are float32 under autocast. 16,384 tokens x 151,936 (Qwen3) = 9.3 GiB. The bfloat16
+    logits beside it (half that) are not counted, as activations are not."""
+    return tokens * vocab_size * LOGIT_BYTES / GIB
+
+
 # -- the per-GPU plan ----------------------------------------------------------------------------
 
 
-def _shards(n_params: int, world: int, bytes_per_param: float, offloaded: bool) -> float:
-    return 0.0 if offloaded else n_params * bytes_per_param / world / GIB
+def _gib(n_params: int, world: int, bytes_per_param: int) -> float:
+    return n_params * bytes_per_param / world / GIB
+
+
+@dataclass
+class _Trained:
+    """The FSDP shards of a trained model (actor, critic) on one GPU, from its engine config."""
+
+    name: str
+    params_gib: float  # one shard in model_dtype
+    dtype: str
+    host: bool  # offload_policy: FSDP2 keeps shards, gradients and optimizer on the host throughout
+    param_offload: bool  # moved to the host between this model's own phases
+    optimizer_offload: bool
+
+    @classmethod
+    def of(cls, name: str, n_params: int, world: int, engine: Any) -> _Trained:
+        dtype = str(engine.model_dtype or "fp32")  # unset: fp32 for a trained model (transformer_impl.py:258-261)
+        return cls(
+            name,
+            _gib(n_params, world, dtype_bytes(dtype)),
+            dtype,
+            bool(engine.offload_policy),
+            bool(engine.param_offload),
+            bool(engine.optimizer_offload),
+        )
+
+    def resident(self, working: bool = False, training: bool = False) -> list[Item]:
+        """Its shards while another model works (the defaults), while it computes (`working`), or while it
+        trains (`training`: gradients too; offloaded shards are loaded back for the update)."""
+        on_gpu = not self.host and (working or training or not self.param_offload)
+        optimizer_on_gpu = not self.host and (training or not self.optimizer_offload)
+        items = [
+            Item(f"{self.name} parameters", self.params_gib if on_gpu else 0.0, f"{self.dtype} FSDP shard"),
+            Item(f"{self.name} optimizer", 2 * self.params_gib if optimizer_on_gpu else 0.0, "Adam's two moments"),
+        ]
+        if training:
+            items.append(Item(f"{self.name} gradients", self.params_gib if not self.host else 0.0))
+        return items
 
 
 def gpu_memory_plan(
-    verl_cfg: Any,
-    policy_config: dict[str, Any],
-    gpu_gib: float,
-    embedding_server_utilization: float | None = None,
+    verl_cfg: Any, policy_config: dict[str, Any], gpu_gib: float, shared: Sequence[Item] = ()
 ) -> MemoryPlan:
-    """The plan of the fullest GPU of a verl run (the one with the embedding server, if any) from verl's
-    trainer config. FSDP shards parameters, gradients and Adam's two moments over all GPUs of the run;
-    the trained copies are float32 (verl's FSDP engine trains in float32 master weights), the reference
-    is bfloat16."""
+    """The plan of one GPU of a verl run (see the module docstring) from verl's trainer config and the
+    policy's config.json. `shared`: what runs on this GPU beside verl's workers (the embedding server, the
+    MaxFlow reward's attention model), present in every phase. FSDP shards parameters, gradients and
+    Adam's two moments over all GPUs of the run."""
     arr = verl_cfg.actor_rollout_ref
     world = int(verl_cfg.trainer.nnodes) * int(verl_cfg.trainer.n_gpus_per_node)
     n_actor = parameter_count(policy_config)
-    actor_fsdp = arr.actor.fsdp_config
-    resident = [
-        Item("actor parameters", _shards(n_actor, world, 4, actor_fsdp.param_offload), "float32 FSDP shard"),
-        Item("actor optimizer", _shards(n_actor, world, 8, actor_fsdp.optimizer_offload), "Adam moments"),
-    ]
-    grads = [Item("actor gradients", _shards(n_actor, world, 4, False))]
-    if verl_cfg.actor_rollout_ref.actor.use_kl_loss or verl_cfg.algorithm.use_kl_in_reward:
-        ref_off = arr.ref.fsdp_config.param_offload
-        resident.append(Item("reference parameters", _shards(n_actor, world, 2, ref_off), "bfloat16 FSDP shard"))
-    processes = 1
+    vocab = int(policy_config["vocab_size"])
+    seq_len = int(verl_cfg.data.max_prompt_length) + int(verl_cfg.data.max_response_length)
+    fused = bool(arr.model.use_fused_kernels)  # no full-vocabulary logits (transformer_impl.py:1362)
+
+    def logits(name: str, dynamic: bool, max_tokens: int | None, micro: int | None) -> Item:
+        tokens = micro_batch_tokens(dynamic, max_tokens, micro, seq_len)
+        gib = 0.0 if fused else logits_gib(tokens, vocab)
+        return Item(f"{name} logits", gib, f"float32, {tokens} tokens x {vocab} vocabulary")
+
+    actor = _Trained.of("actor", n_actor, world, arr.actor.fsdp_config)
+    trained = [actor]
+    processes = 2  # the worker process of actor, rollout and reference; vLLM's
     if verl_cfg.critic.enable:
-        n_critic = parameter_count(policy_config, head="critic")
-        cf = verl_cfg.critic.fsdp
-        resident += [
-            Item("critic parameters", _shards(n_critic, world, 4, cf.param_offload)),
-            Item("critic optimizer", _shards(n_critic, world, 8, cf.optimizer_offload)),
-        ]
-        grads.append(Item("critic gradients", _shards(n_critic, world, 4, False)))
+        trained.append(
+            _Trained.of("critic", parameter_count(policy_config, head="critic"), world, verl_cfg.critic.fsdp)
+        )
         processes += 1
-    shared = []
-    if embedding_server_utilization:
-        shared.append(Item("embedding server", embedding_server_utilization * gpu_gib, "its gpu_memory_utilization"))
-        processes += 1
-    rollout = float(arr.rollout.gpu_memory_utilization) * gpu_gib
-    contexts = Item("CUDA contexts", CONTEXT_GIB * (processes + 1), f"{processes + 1} processes x {CONTEXT_GIB} GiB")
-    vllm = Item("vLLM rollout", rollout, "rollout.gpu_memory_utilization")
-    generation = Phase("generation", [vllm, *resident, *shared, contexts])
-    update = Phase("update", [*resident, *grads, *shared, contexts])
-    return MemoryPlan(gpu_gib=gpu_gib, phases=[generation, update])
+    critic = trained[1:]
+
+    ref_items: list[Item] = []
+    phases: list[Phase] = []
+    if arr.actor.use_kl_loss or verl_cfg.algorithm.use_kl_in_reward:
+        ref = arr.ref.fsdp_config
+        dtype = str(ref.model_dtype or ("bf16" if ref.forward_only else "fp32"))  # transformer_impl.py:258-261
+        host = bool(ref.forward_only or ref.offload_policy)
+        shard = _gib(n_actor, world, dtype_bytes(dtype))
+        note = (
+            f"{dtype} shard of {shard:.1f} GiB on the host (forward-only: CPU offload)"
+            if host
+            else f"{dtype} FSDP shard"
+        )
+        ref_items = [Item("reference parameters", 0.0 if host else shard, note)]
+
+    processes += sum(i.processes for i in shared)
+    contexts = Item("CUDA contexts", CONTEXT_GIB * processes, f"{processes} processes x {CONTEXT_GIB} GiB")
+    idle = [i for t in trained for i in t.resident()]
+    vllm = Item("vLLM rollout", float(arr.rollout.gpu_memory_utilization) * gpu_gib, "rollout.gpu_memory_utilization")
+    phases.append(Phase("generation", [vllm, *idle, *ref_items, *shared, contexts]))
+    dynamic = bool(arr.actor.use_dynamic_bsz)  # rollout.log_prob_use_dynamic_bsz must equal it (engine_workers.py:616)
+    rollout = arr.rollout
+    phases.append(
+        Phase(
+            "log-probs",
+            [
+                *actor.resident(working=True),
+                *[i for t in critic for i in t.resident()],
+                *ref_items,
+                logits(
+                    "actor", dynamic, rollout.log_prob_max_token_len_per_gpu, rollout.log_prob_micro_batch_size_per_gpu
+                ),
+                *shared,
+                contexts,
+            ],
+        )
+    )
+    if ref_items:
+        r = arr.ref
+        ref_logits = logits(
+            "reference",
+            bool(r.log_prob_use_dynamic_bsz),
+            r.log_prob_max_token_len_per_gpu,
+            r.log_prob_micro_batch_size_per_gpu,
+        )
+        phases.append(Phase("reference", [*idle, *ref_items, ref_logits, *shared, contexts]))
+    update = [i for t in trained for i in t.resident(training=True)]
+    actor_logits = logits("actor", dynamic, arr.actor.ppo_max_token_len_per_gpu, arr.actor.ppo_micro_batch_size_per_gpu)
+    phases.append(Phase("update", [*update, *ref_items, actor_logits, *shared, contexts]))
+    return MemoryPlan(gpu_gib=gpu_gib, phases=phases)
 
 
 def rollout_utilization_that_fits(plan: MemoryPlan, current: float) -> float:
-    """The largest rollout.gpu_memory_utilization (two decimals, rounded down) that brings the plan to LIMIT."""
-    gen = next(p for p in plan.phases if p.name == "generation")
+    """The largest rollout.gpu_memory_utilization (two decimals, rounded down) that brings the generation
+    phase to LIMIT."""
+    gen = plan.phase("generation")
     room = LIMIT * plan.gpu_gib - (gen.gib - current * plan.gpu_gib)
     return math.floor(100 * room / plan.gpu_gib) / 100

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sarl.interface import USER_PROMPT_KEY, Reward, RewardOutput, RolloutBatch, check_reward, reward_class
-from sarl.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts
+from sarl.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class MicroBatcher:
             extra_info=[r["extra_info"] for r in rows],
         )
         with self._lock:
-            return self.reward(batch)
+            return scored_or_failed(self.reward, batch)
 
     @staticmethod
     def _resolve(task: asyncio.Future, futures: list[asyncio.Future]) -> None:

@@ -10,6 +10,14 @@ Data: verl's `MultiTurnSFTDataset` reads a parquet with a `messages` column and 
 assistant turns (its `loss_mask`), i.e. on the response; the run writes that parquet from the data group's
 `sft_files` (the TRL jsonl the TRL back end reads) into the run directory, so both back ends train on one
 file. `data.pad_mode: no_padding` (verl's default) trains on unpadded, packed rows: the packing of this back end.
+A set of fewer traces than `train.train_batch_size` is refused before launch, dry run included (verl's loader
+drops the incomplete batch and would have no step).
+
+Chat template: the dataset renders every message with the model's chat template, and the templates of
+DeepSeek-R1-Distill and Qwen3 drop the reasoning of an assistant turn (everything up to `</think>`), so the
+tagged reasoning would get no loss. Where the model's own template does not render a trace whole,
+`model.custom_chat_template` is set to the template of its family that does, with the same prompts
+(`sft_chat_template`; decisions §7.1).
 
 Checkpoints: `checkpoints/global_step_N/` (FSDP shards, optimiser, data loader state, resumed automatically)
 with a Hugging Face copy under `huggingface/` (save_contents `hf_model`), which the next pipeline stage loads.
@@ -17,6 +25,7 @@ with a Hugging Face copy under `huggingface/` (save_contents `hf_model`), which 
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +33,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl.sft import sft_max_length
-from sarl.backends.verl.config import _flatten, compose_verl_base
+from sarl.backends.verl.config import _flatten, compose_verl_base, process_env
 from sarl.errors import UserError
 
 VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
@@ -32,6 +41,45 @@ SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
 SFT_DATA_FILE = "sft_data/train.parquet"
 CHECKPOINT_SUBDIR = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
+
+log = logging.getLogger("sarl.train.verl")
+
+# Chat templates that render an assistant turn as written, each with the layout of a model family's own template
+# for system and user turns and the generation prompt (decisions §7.1). SFT traces carry no tool calls: another
+# role is refused.
+# DeepSeek-R1-Distill (Qwen and Llama): its own template keeps `content.split('</think>')[-1]` of an assistant turn
+R1_DISTILL_SFT_TEMPLATE = (
+    "{%- set ns = namespace(system_prompt='') -%}"
+    "{%- for message in messages if message['role'] == 'system' -%}{%- set ns.system_prompt = message['content'] -%}"
+    "{%- endfor -%}"
+    "{{ bos_token }}{{ ns.system_prompt }}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{{ '<｜User｜>' + message['content'] }}"
+    "{%- elif message['role'] == 'assistant' -%}{{ '<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>' }}"
+    "{%- elif message['role'] != 'system' -%}{{ raise_exception('SFT traces have system, user and assistant turns') }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<｜Assistant｜><think>\\n' }}{%- endif -%}"
+)
+# Qwen3 (ChatML): its own template renders an assistant turn's reasoning only after the conversation's last user turn
+QWEN3_SFT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ('system', 'user', 'assistant') -%}"
+    "{{ raise_exception('SFT traces have system, user and assistant turns') }}"
+    "{%- endif -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+SFT_CHAT_TEMPLATES = {"DeepSeek-R1-Distill": R1_DISTILL_SFT_TEMPLATE, "Qwen3": QWEN3_SFT_TEMPLATE}
+# What the checks render: an assistant turn in the traces' layout, and prompts with and without a system turn
+PROBE_TRACE = "<think>\n<known> probe step\n</think>\n\n<answer>probe answer</answer>"
+PROBE_PROMPTS = (
+    [{"role": "user", "content": "probe question"}],
+    [{"role": "system", "content": "probe system"}, {"role": "user", "content": "probe question"}],
+)
 
 
 def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str, Any]:
@@ -85,11 +133,94 @@ def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str,
     }
     if cfg.model.get("tokenizer_path"):
         values["model.tokenizer_path"] = cfg.model.tokenizer_path
+    chat_template = sft_chat_template(cfg)
+    if chat_template is not None:
+        values["model.custom_chat_template"] = chat_template
     from sarl.backends.verl.attention import resolve_attn_implementation
 
     values["model.override_config"] = {"attn_implementation": resolve_attn_implementation(b.attn_implementation)}
+    if b.get("cpu", False):  # backend=verl_cpu: verl's SFT trainer puts its batches on `trainer.device` (cuda)
+        values["trainer.device"] = "cpu"
     values.update(_flatten(OmegaConf.to_container(b.sft_overrides, resolve=True)))
     return values
+
+
+def sft_chat_template(cfg: DictConfig) -> str | None:
+    """`model.custom_chat_template` of the SFT stage: None where the model's own chat template renders a trace whole
+    (the tiny policy's) or `backend.sft_overrides` sets one; else the template of SFT_CHAT_TEMPLATES that renders the
+    model's prompts exactly as its own does (decisions §7.1). A dry run reads the tokenizer offline only (a directory
+    or the local Hugging Face cache); where it is not there, the run decides when it starts."""
+    if not cfg.model.path or OmegaConf.select(cfg.backend.sft_overrides, "model.custom_chat_template") is not None:
+        return None
+    name = str(cfg.model.get("tokenizer_path") or cfg.model.path)
+    tokenizer = model_tokenizer(name, offline=bool(cfg.train.dry_run))
+    if tokenizer is None:
+        log.warning(
+            "%s: tokenizer not in the local Hugging Face cache; whether its chat template renders the SFT traces "
+            "whole (model.custom_chat_template) is decided when the run starts",
+            name,
+        )
+        return None
+    own = tokenizer.chat_template
+    if not isinstance(own, str) or renders_trace_whole(tokenizer, own):
+        return None
+    for family, template in SFT_CHAT_TEMPLATES.items():
+        if renders_prompts_alike(tokenizer, template, own):
+            log.info(
+                "%s: its chat template drops the reasoning of an assistant turn; SFT uses the %s one that keeps it",
+                name,
+                family,
+            )
+            return template
+    raise UserError(
+        f"the chat template of {name} does not render an assistant turn as written (it drops the reasoning before "
+        f"</think>), so verl's SFT would not train on the whole trace, and its prompts match none of the "
+        f"{', '.join(SFT_CHAT_TEMPLATES)} layouts; give a template that does as "
+        "backend.sft_overrides.model.custom_chat_template"
+    )
+
+
+def model_tokenizer(name: str, offline: bool) -> Any:
+    """The tokenizer of a model directory or Hub id; offline: None where neither the directory nor the local Hugging
+    Face cache has it."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=offline)
+    except (OSError, ValueError):
+        if not offline:
+            raise
+        return None
+
+
+def _render(tokenizer: Any, template: str, messages: list[dict], **kwargs: Any) -> str | None:
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, **kwargs)
+    except TemplateError:  # a template may refuse a conversation, e.g. one that does not start with a user turn
+        return None
+
+
+def renders_trace_whole(tokenizer: Any, template: str) -> bool:
+    """An assistant turn appears as written both alone and after its prompt: verl's dataset renders each message
+    alone and checks the concatenation against the whole conversation."""
+    turn = {"role": "assistant", "content": PROBE_TRACE}
+    return all(
+        PROBE_TRACE in (_render(tokenizer, template, messages) or "")
+        for messages in ([turn], [*PROBE_PROMPTS[0], turn])
+    )
+
+
+def renders_prompts_alike(tokenizer: Any, template: str, own: str) -> bool:
+    """`template` renders prompts (with and without a system turn, thinking on and off) as `own` does: the policy
+    sees the same prompts after SFT as before."""
+    return all(
+        _render(tokenizer, template, prompt, add_generation_prompt=True, **kwargs)
+        == _render(tokenizer, own, prompt, add_generation_prompt=True, **kwargs)
+        for prompt in PROBE_PROMPTS
+        for kwargs in ({}, {"enable_thinking": False})
+    )
 
 
 def build_verl_sft_config(cfg: DictConfig, run_dir: str, experiment: str) -> DictConfig:
@@ -118,16 +249,37 @@ def validate_verl_sft_config(config: DictConfig) -> None:
         omega_conf_to_dataclass(config.model)
 
 
-def write_sft_parquet(cfg: DictConfig, run_dir: Path) -> Path:
-    """`data.sft_files` (TRL jsonl) as the `messages` parquet verl's SFT dataset reads; returns its path."""
-    import pandas as pd
-
+def sft_traces(cfg: DictConfig) -> tuple[Path, list[dict]]:
+    """The data group's `sft_files` and its traces as prompt-completion rows (sarl.backends.trl.sft.sft_rows)."""
     from sarl.backends.trl.common import resolve_path
     from sarl.backends.trl.sft import sft_rows
 
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
-    rows = sft_rows(resolve_path(str(cfg.data.sft_files)))
+    path = resolve_path(str(cfg.data.sft_files))
+    return path, sft_rows(path)
+
+
+def check_enough_traces(cfg: DictConfig) -> None:
+    """Refuse a set of fewer traces than `train.train_batch_size`. verl's loader gives each data-parallel rank
+    floor(N / ranks) traces and batches them by train_batch_size / ranks, both with drop_last (verl 0.9.1
+    trainer/sft_trainer.py:236-252): floor(N / train_batch_size) steps per epoch. With none, verl sets zero steps
+    per epoch (:187) and divides by them (:341): a ZeroDivisionError."""
+    path, rows = sft_traces(cfg)
+    batch = int(cfg.train.train_batch_size)
+    if len(rows) < batch:
+        raise UserError(
+            f"data.sft_files={path} holds {len(rows)} traces, fewer than train.train_batch_size={batch} (traces per "
+            "SFT step): verl's SFT trainer drops an incomplete batch, so no step would run; set "
+            f"train.train_batch_size to at most {len(rows)} or give a larger set with data.sft_files="
+        )
+
+
+def write_sft_parquet(cfg: DictConfig, run_dir: Path) -> Path:
+    """`data.sft_files` (TRL jsonl) as the `messages` parquet verl's SFT dataset reads; returns its path."""
+    import pandas as pd
+
+    _, rows = sft_traces(cfg)
     out = run_dir / SFT_DATA_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     # messages as a list of {role, content} structs: what MultiTurnSFTDataset reads (pandas -> pyarrow)
@@ -161,18 +313,6 @@ def sft_launch_command(cfg: DictConfig, run_dir: Path) -> list[str]:
     ]
 
 
-def keep_earlier_metrics(run_dir: Path) -> Path:
-    """`<run_dir>/metrics.jsonl` for verl's file logger, which truncates the file it opens: a resumed run's
-    earlier metrics are first moved to `metrics.<k>.jsonl` (k = 1, 2, ...), so no step's record is lost."""
-    path = run_dir / METRICS_FILE
-    if path.exists() and path.stat().st_size:
-        k = 1
-        while (run_dir / f"metrics.{k}.jsonl").exists():
-            k += 1
-        path.rename(run_dir / f"metrics.{k}.jsonl")
-    return path
-
-
 def final_hf_checkpoint(run_dir: Path) -> Path | None:
     """`checkpoints/global_step_N/huggingface` of the highest N that has model weights, else None."""
     ckpt = run_dir / CHECKPOINT_SUBDIR
@@ -196,6 +336,7 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     from sarl.runs import run_record, wandb_record
     from sarl.signals import run_in_own_group
 
+    check_enough_traces(cfg)
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
     validate_verl_sft_config(config)
     cmd = sft_launch_command(cfg, run_dir)
@@ -204,7 +345,7 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
         sys.stderr.write(shlex.join(cmd) + "\n")
         return 0
     meta, env = run_record(cfg, choices, experiment, run_dir)  # env: W&B offline without a key, stable run id
-    env["VERL_FILE_LOGGER_PATH"] = str(keep_earlier_metrics(run_dir))
+    env.update(process_env(cfg, run_dir))  # our patches in every rank; metrics.jsonl (appended to on a resume)
     write_sft_parquet(cfg, run_dir)
     (run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(config))
     if "wandb" in cfg.logger.backends:

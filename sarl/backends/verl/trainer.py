@@ -50,7 +50,7 @@ from verl.utils import tensordict_utils as tu
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import is_group_reward, reward_from_config
-from sarl.interface import RewardsFailedError, RolloutBatch
+from sarl.interface import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
 from sarl.metrics import FAILED_KEY, row_metrics, score_rollouts
 
 log = logging.getLogger(__name__)
@@ -140,14 +140,21 @@ def rollout_batch(
     data_sources: Sequence[Any],
     extra_infos: Sequence[Any],
 ) -> RolloutBatch:
-    """One row per rollout, grouped by prompt uid; the gold answer from the dataset's `reward_model`."""
+    """One row per rollout, grouped by prompt uid; the gold answer from the dataset's `reward_model`. A row's prompt
+    is the user prompt of its data row (`extra_info["user_prompt"]`), as on the per-response path
+    (`sarl.backends.verl.reward.compute_score`), where the data has one (every set `sarl.data.prepare` builds);
+    `prompts` (the decoded, chat-templated prompt) only where it has none. A reward that reads the prompt
+    (MaxFlow's node 0) so gets the same text on both paths."""
+    infos = [dict(e) if isinstance(e, dict) else {} for e in extra_infos]
+    user = [i.get(USER_PROMPT_KEY) for i in infos]
+    prompts = [p if u is None else str(u) for p, u in zip(prompts, user, strict=True)]
     return RolloutBatch(
         prompts=list(prompts),
         responses=list(responses),
         group_ids=[str(u) for u in uids],
         ground_truths=[rm.get("ground_truth") if isinstance(rm, dict) else None for rm in reward_models],
         data_sources=[str(s) for s in data_sources],
-        extra_info=[dict(e) if isinstance(e, dict) else {} for e in extra_infos],
+        extra_info=infos,
     )
 
 
@@ -262,7 +269,6 @@ class SarlTrainer(PPOTrainerSync):
         row id, epoch) before generation (`raw_prompt`, what the agent loop renders), and `extra_info.user_prompt`
         (what the rewards read) with it."""
         from baselines.structured_prompt import draw_key, redraw_tags
-        from sarl.interface import USER_PROMPT_KEY
 
         epoch = max(0, (int(self.global_steps) - 1) // max(1, int(getattr(self, "steps_per_epoch", 0) or 1)))
         prompts, infos = column(batch, "raw_prompt"), column(batch, "extra_info")

@@ -1,13 +1,16 @@
 """sarl.format_preflight: a GRP run refuses a policy that does not write GRP's graph format (exit 2)."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from baselines.grp import parse_graph
 from sarl.errors import UserError
-from sarl.format_preflight import check_format, parseable_share
+from sarl.format_preflight import check_format, greedy_responses, parseable_share, transformers_generate
 from sarl.train import compose_train_config, main
 
 REPO = Path(__file__).resolve().parents[3]
@@ -54,3 +57,35 @@ def test_a_policy_that_cannot_write_the_format_stops_the_run_with_exit_2(tmp_pat
     overrides = [*CHECK, "logger=none", f"paths.root={tmp_path}", f"model.path={chat_policy_dir}"]
     assert main([*overrides, "format_check.max_new_tokens=4", "format_check.n_prompts=2"]) == 2
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("metrics.jsonl"))
+
+
+PROMPTS = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Name a prime."}]]
+
+
+@pytest.mark.slow
+def test_the_policy_answers_in_a_child_process(chat_policy_dir, monkeypatch):
+    """sarl.train's own process never loads the policy: the child that does takes the model, and on a GPU its
+    CUDA context, with it when it exits, before verl needs the GPU."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the policy was loaded in sarl.train's own process")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    responses = transformers_generate(chat_policy_dir, None, 4)(PROMPTS)
+    monkeypatch.undo()
+    assert responses == greedy_responses(chat_policy_dir, None, 4, PROMPTS)  # the same greedy answers
+    assert len(responses) == 2 and all(isinstance(r, str) for r in responses)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_check_leaves_no_cuda_context_behind(chat_policy_dir):
+    """In a fresh process (pytest's may hold CUDA already): after the check, CUDA was never initialised there."""
+    code = (
+        "import torch, sys; from sarl.format_preflight import transformers_generate; "
+        f"transformers_generate(sys.argv[1], None, 4)({PROMPTS!r}); print(torch.cuda.is_initialized())"
+    )
+    out = subprocess.run([sys.executable, "-c", code, chat_policy_dir], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -257,14 +257,3 @@ def test_final_hf_checkpoint_is_the_last_step_with_weights(tmp_path):
         if weights:
             (hf / "model.safetensors").write_bytes(b"x")
     assert final_hf_checkpoint(tmp_path) == tmp_path / "checkpoints" / "global_step_10" / "huggingface"
-
-
-def test_a_resumed_verl_sft_run_keeps_its_earlier_metrics(tmp_path):
-    from sarl.backends.verl.sft import keep_earlier_metrics
-
-    assert keep_earlier_metrics(tmp_path) == tmp_path / "metrics.jsonl"
-    for first in ("a", "b"):
-        (tmp_path / "metrics.jsonl").write_text(first + "\n")
-        keep_earlier_metrics(tmp_path)
-    assert (tmp_path / "metrics.1.jsonl").read_text() == "a\n" and (tmp_path / "metrics.2.jsonl").read_text() == "b\n"
-    assert not (tmp_path / "metrics.jsonl").exists()

@@ -28,6 +28,7 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     jagged_scores,
     left_out_sessions,
     parse_key,
+    rollout_batch,
     streamed_reward_metrics,
     trained_sessions,
 )
@@ -98,6 +99,21 @@ def test_a_response_is_truncated_when_it_reaches_the_cap_without_an_end_token():
     assert not is_truncated([5, 6, 9], cap=3, eos_ids={9})  # ends exactly at the cap: complete
     assert not is_truncated([5, 6], cap=3, eos_ids={9})
     assert is_truncated([5, 6, 7, 8], cap=3, eos_ids=set())
+
+
+def test_group_rewards_read_the_rows_user_prompt_not_the_templated_one():
+    """The group path scores the user prompt the data row carries, as the per-response path does (MaxFlow's node 0
+    in the joint LCS + MaxFlow rows); the decoded chat-templated prompt only where the row has none."""
+    batch = rollout_batch(
+        ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "templated"],
+        ["4", "5"],
+        ["u0", "u1"],
+        [{"ground_truth": "4"}, {"ground_truth": "5"}],
+        ["s", "s"],
+        [{"user_prompt": "What is 2+2?"}, {"index": 1}],
+    )
+    assert batch.prompts == ["What is 2+2?", "templated"]
+    assert batch.ground_truths == ["4", "5"]
 
 
 def test_jagged_scores_put_the_score_on_the_last_token():

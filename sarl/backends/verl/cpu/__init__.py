@@ -1,0 +1,221 @@
+"""`backend=verl_cpu`: any row's verl trainer, for real, on a CPU-only machine (a laptop, CI).
+
+`python -m sarl.train +exp=ROW backend=verl_cpu` runs the row's own verl 0.9.1 trainer (its algorithm, reward,
+trainer class, hooks and pipeline stages) with the pieces that let verl run without an accelerator:
+
+- a verl platform plugin ("cpu": sarl.backends.verl.cpu.platform) and the "hf" rollout server back end
+  (sarl.backends.verl.cpu.rollout), loaded in every process of the run by verl's own `VERL_USE_EXTERNAL_MODULES`
+  and selected by `VERL_PLATFORM=cpu` (`process_env`);
+- the settings that fit a 2-core machine (`verl_values`): Ray with a logical GPU and 16 logical CPUs (verl's pools
+  ask for a GPU per worker and 3 CPUs per bundle; TransferQueue's controller and storage units 1 CPU each: on
+  2 real cores the defaults wait forever), one TransferQueue storage unit, FSDP2 (FSDP1's
+  `sync_module_states` refuses CPU parameters), sdpa attention, no torch.compile, one GPU's worth of workers;
+- the row made small (`cpu_overrides`): the tiny Qwen3 policy (`model=tiny_qwen3`), the shipped smoke prompts
+  (tagged ones for rows whose data is tagged; the shipped traces for SFT stages), 2 optimiser steps, 4 prompts x
+  4 rollouts (a row that votes on more rollouts than it trains keeps its ratio), short responses, the local
+  MiniLM embedder for structure rewards, a format check that reports without stopping (the tiny policy writes
+  no GRP graph), no W&B. A key or group named on the command line is never changed.
+
+What differs from the GPU run is written in README ("Try a row on CPU") and docs/gpu.md: the model, data,
+batch and lengths above, the HF sampler instead of vLLM (the same sampling parameters, batch by batch instead
+of continuous batching), gloo instead of NCCL, fp32 everywhere. Nothing here is active in a GPU run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import DictConfig
+
+PLUGIN_MODULE = "sarl.backends.verl.cpu.plugin"
+PLATFORM = "cpu"
+DATA_DIR = "verl_cpu_data"  # in the run directory: the smoke prompts as verl parquet
+SYNC_LOG = "rollout_sync.jsonl"  # in the run directory: one line per weight sync (sarl.backends.verl.cpu.rollout)
+
+ROLLOUT_N = 4
+TRAIN = {
+    "train.total_training_steps": 2,
+    "train.train_batch_size": 4,
+    "train.ppo_mini_batch_size": 4,
+    "train.micro_batch_size_per_gpu": 8,
+    "train.max_prompt_length": 320,
+    "train.max_response_length": "${data.max_response_length}",  # the smoke set's 192 (rows set up to 8k)
+    "train.nnodes": 1,
+    "train.n_gpus_per_node": 1,
+    "train.save_freq": 2,  # the last step: a pipeline stage hands its final checkpoint on
+    "train.test_freq": -1,
+}
+SFT_TRAIN = {
+    "train.total_training_steps": 2,
+    "train.total_epochs": 2,
+    "train.train_batch_size": 2,
+    "train.micro_batch_size_per_gpu": 1,
+    "train.nnodes": 1,
+    "train.n_gpus_per_node": 1,
+}
+SMOKE_VAL_PROMPTS = 8  # validation set: the first held-out smoke prompts
+
+
+def is_cpu(cfg: DictConfig) -> bool:
+    return bool(cfg.backend.get("cpu", False))
+
+
+def _key(override: str) -> str:
+    """The key an override names: `+exp=x` -> exp, `model.path=p` -> model.path, `~a.b` -> a.b."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _named(overrides: Iterable[str]) -> set[str]:
+    return {_key(o) for o in overrides}
+
+
+def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
+    """Hydra overrides that make the composed row `cfg` a CPU run (module docstring), leaving out every key or group
+    in `named` (what the command line names) and every key below a named one."""
+    named = _named(named)
+
+    def free(key: str) -> bool:
+        return not any(key == n or key.startswith(n + ".") for n in named)
+
+    sft = cfg.algorithm.name == "sft"
+    out: dict[str, Any] = {"model": "tiny_qwen3"}
+    if sft:
+        shipped = str(cfg.data.get("sft_files") or "").startswith("pkg://")
+        out["data"] = None if shipped else "sft_smoke"  # a row's shipped traces (tagged, graph) stay
+        out.update(SFT_TRAIN)
+    else:
+        style = str(cfg.data.get("prompt_style") or "plain")
+        out["data"] = "smoke_structured" if style.startswith("structured") else "smoke"
+        out.update(TRAIN)
+        votes, trained = int(cfg.train.rollout_n), int(cfg.train.n_trained)
+        if votes > ROLLOUT_N:
+            out["train.rollout_n"] = ROLLOUT_N
+            if trained != votes:  # keep the row's votes : trained ratio, at least 2 trained (a group baseline)
+                out["train.n_trained"] = max(2, math.floor(ROLLOUT_N * trained / votes))
+        for path in _attention_rewards(cfg.reward):  # MaxFlow's layers: the paper's last five; the tiny policy has 2
+            out[f"{path}.layers"] = "[-2,-1]"
+        if (cfg.get("format_check") or {}).get("parser"):  # the tiny policy writes no graph: check, report, go on
+            out["format_check.min_share"] = 0.0
+            out["format_check.max_new_tokens"] = 192
+        if cfg.reward.get("embedder") is not None and "embedding" in named:
+            pass  # the command's embedder (e.g. the vLLM server) stays
+        elif cfg.reward.get("embedder") is not None:
+            out["embedding"] = "local"
+    out["logger"] = "none"
+    return [f"{k}={_value(v)}" for k, v in out.items() if v is not None and free(k)]
+
+
+def _attention_rewards(reward: DictConfig, path: str = "reward") -> list[str]:
+    """The config paths of the rewards in `reward` (itself or its `components`) that read attention layers."""
+    found = [path] if "layers" in reward else []
+    for name, part in (reward.get("components") or {}).items():
+        found += _attention_rewards(part, f"{path}.components.{name}")
+    return found
+
+
+def _value(v: Any) -> str:
+    return "null" if v is None else str(v)
+
+
+def merged_overrides(overrides: list[str], extra: list[str]) -> list[str]:
+    """`overrides` with `extra` appended, an earlier override of a key that `extra` sets dropped."""
+    replaced = _named(extra)
+    return [o for o in overrides if _key(o) not in replaced] + extra
+
+
+# -- the verl config and environment of a CPU run ----------------------------------------------------------------
+
+
+def verl_values(cfg: DictConfig) -> dict[str, Any]:
+    """verl keys of a CPU run, applied after the row's (module docstring); Ray's resources are set by
+    `ray_init_values`, outside verl's schema."""
+    response = int(cfg.train.max_response_length)
+    prompt = int(cfg.train.max_prompt_length)
+    budget = max(2048, (prompt + response) * int(cfg.train.micro_batch_size_per_gpu))
+    values = {
+        "actor_rollout_ref.actor.strategy": "fsdp2",
+        "critic.strategy": "fsdp2",
+        "actor_rollout_ref.actor.use_torch_compile": False,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.rollout.max_model_len": prompt + response,
+        "actor_rollout_ref.rollout.max_num_seqs": 64,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": budget,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": budget,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": budget,
+        "critic.ppo_max_token_len_per_gpu": budget,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        "data.dataloader_num_workers": 0,  # 8 loader processes for 64 prompts cost memory and die noisily at exit
+    }
+    return values
+
+
+RAY_INIT = {"num_cpus": 16, "num_gpus": 1}  # logical: see the module docstring
+
+
+def process_env(run_dir: Path) -> dict[str, str]:
+    """What the CPU run's processes need in their environment (beside sarl.backends.verl.config.process_env's)."""
+    return {
+        "VERL_PLATFORM": PLATFORM,
+        "SARL_ROLLOUT_SYNC_LOG": str(Path(run_dir) / SYNC_LOG),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
+    """The data group's TRL prompts (the shipped smoke prompts) as verl's parquet layout in the run directory:
+    train (every prompt) and val (the first `SMOKE_VAL_PROMPTS` held-out ones), with the group's prompt style."""
+    import pandas as pd
+
+    from sarl.backends.trl.common import read_jsonl, resolve_path
+    from sarl.data.build import math_prompt, record
+
+    out = Path(run_dir) / DATA_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    style = {
+        "name": cfg.data.name,
+        "prompt_style": cfg.data.get("prompt_style"),
+        "prompt_seed": cfg.data.get("prompt_seed") or 0,
+    }
+    prompt_of = math_prompt(style)
+    paths = {"train": str(cfg.data.trl_train_files), "val": str(cfg.data.get("trl_val_files") or "")}
+    files = {}
+    for split, source in paths.items():
+        if not source:
+            continue
+        rows = read_jsonl(resolve_path(source), f"data.trl_{split}_files")
+        if split == "val":
+            rows = rows[:SMOKE_VAL_PROMPTS]
+        records = []
+        for i, row in enumerate(rows):
+            question = next(m["content"] for m in reversed(row["prompt"]) if m["role"] == "user")
+            info = {**(row.get("extra_info") or {}), "index": i, "id": f"{split}-{i}"}
+            prompt = [{"role": "user", "content": prompt_of(question, info["id"])}]
+            rec = record(str(row.get("data_source", cfg.data.name)), split, "math", prompt, row["ground_truth"], info)
+            rec["extra_info"] = json.loads(json.dumps(rec["extra_info"]))
+            records.append(rec)
+        path = out / f"{split}.parquet"
+        pd.DataFrame(records).to_parquet(path)
+        files[split] = str(path)
+    return files["train"], files.get("val", "")
+
+
+def with_cpu_settings(verl_cfg: DictConfig) -> DictConfig:
+    """Ray's logical resources (not in verl's schema: the key is opened for them)."""
+    from omegaconf import open_dict, read_write
+
+    ray_init = verl_cfg.ray_kwargs.ray_init
+    with read_write(ray_init), open_dict(ray_init):
+        for key, value in RAY_INIT.items():
+            ray_init[key] = value
+    return verl_cfg
+
+
+def sync_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The weight syncs a CPU run's rollout logged (`SYNC_LOG`), in order."""
+    path = Path(run_dir) / SYNC_LOG
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

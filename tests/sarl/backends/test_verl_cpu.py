@@ -1,0 +1,318 @@
+"""verl's own trainer, run for real on this CPU machine (`backend=verl_cpu`), once per row family.
+
+Each test runs `python -m sarl.train +exp=ROW backend=verl_cpu` as a user would (a child process in its own
+session, stopped with its whole group if it overruns) and checks what the run left in its directory: exit 0, every
+step in metrics.jsonl with finite losses, the rollout's weights changed after every step (the HF rollout's sync
+log), rewards that are not constant. Runs are not bit-reproducible (which sample lands in which session depends on
+arrival order), so nothing asserts exact values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sarl.backends.verl.cpu import sync_records
+from sarl.figures import read_metrics_history
+
+pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+RUN_TIMEOUT_S = 900
+TRAINING_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss", "response_length/mean")
+
+
+@dataclass
+class Run:
+    rc: int
+    run_dir: Path
+    log: str
+
+    def history(self) -> list[dict]:
+        return read_metrics_history(self.run_dir / "metrics.jsonl")
+
+    def steps(self) -> dict[int, dict]:
+        return {int(r["step"]): r for r in self.history()}
+
+
+def run_row(run_dir: Path, row: str, *overrides: str, env: dict[str, str] | None = None) -> Run:
+    """`python -m sarl.train +exp=ROW backend=verl_cpu run_dir=... OVERRIDES`; its output in `run_dir.log`. With
+    `SARL_VERL_CPU_TIMINGS=FILE` set, the command's wall time, its step times and the peak of the summed
+    proportional memory (PSS) of its process tree go to FILE as one JSON line (docs/results.md)."""
+    log_path = run_dir.with_suffix(".log")
+    cmd = [sys.executable, "-m", "sarl.train", f"+exp={row}", "backend=verl_cpu", f"run_dir={run_dir}", *overrides]
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        peak = PeakMemory(proc.pid) if os.environ.get(TIMINGS_ENV) else None
+        try:
+            rc = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            pytest.fail(f"{row} ran past {RUN_TIMEOUT_S} s (a hang); log: {log_path}")
+        finally:
+            if peak is not None:
+                peak.stop()
+    run = Run(rc, run_dir, log_path.read_text(errors="replace"))
+    if peak is not None:
+        record_timing(row, overrides, run, time.monotonic() - start, peak.gib)
+    return run
+
+
+TIMINGS_ENV = "SARL_VERL_CPU_TIMINGS"
+
+
+class PeakMemory:
+    """The peak over time of the summed PSS of a process and its descendants (Ray's daemons and workers), every 2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.gib, self._done = pid, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        import psutil
+
+        while not self._done.wait(2.0):
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.gib = max(self.gib, total / 1024**3)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+
+def record_timing(row: str, overrides: tuple[str, ...], run: Run, wall_s: float, peak_gib: float) -> None:
+    try:
+        steps = {int(r["step"]): r.get("timing_s/step") for r in run.history() if r.get("timing_s/step") is not None}
+    except ValueError:
+        steps = {}
+    line = {"row": row, "overrides": list(overrides), "rc": run.rc, "wall_s": round(wall_s, 1)}
+    line["step_s"] = {k: round(float(v), 2) for k, v in sorted(steps.items())}
+    line["peak_pss_gib"] = round(peak_gib, 2)
+    with open(os.environ[TIMINGS_ENV], "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def tail(run: Run, n: int = 40) -> str:
+    lines = [x for x in run.log.splitlines() if "UserWarning" not in x and "warnings.warn" not in x]
+    return "\n".join(lines[-n:])
+
+
+def assert_trained(run: Run, steps: int = 2, first_step: int = 1, learns: bool = True) -> dict[int, dict]:
+    """Exit 0; steps first_step..steps logged with finite training metrics and reward metrics; a weight sync after
+    every step; unless `learns` is False (a reward the tiny policy cannot vary), the rollout's weights changed after
+    every trained step and some reward metric varied."""
+    assert run.rc == 0, tail(run)
+    by_step = run.steps()
+    for step in range(first_step, steps + 1):
+        assert step in by_step, f"step {step} missing from metrics.jsonl: {sorted(by_step)}"
+        row = by_step[step]
+        for key in TRAINING_KEYS:
+            assert key in row, f"step {step}: no {key} ({sorted(row)[:50]})"
+            assert math.isfinite(float(row[key])), f"step {step}: {key}={row[key]}"
+        assert any(k.startswith("reward/") for k in row), f"step {step}: no reward/* metrics"
+    syncs = sync_records(run.run_dir)
+    after = {int(s["global_steps"]): s["digest"] for s in syncs if s["global_steps"] is not None}
+    before = [s["digest"] for s in syncs if s["global_steps"] in (None, 0)]
+    assert before, f"no initial weight sync logged: {syncs}"
+    for step in range(first_step, steps + 1):
+        assert step in after, f"no weight sync after step {step}: {syncs}"
+        previous = after.get(step - 1, before[-1])
+        assert not learns or after[step] != previous, f"the rollout's weights did not change at step {step}: {syncs}"
+    if not learns:
+        return by_step
+    spread = [float(by_step[s].get("reward/score/std", 0.0)) for s in range(first_step, steps + 1)]
+    means = [float(by_step[s].get("reward/score/mean", 0.0)) for s in range(first_step, steps + 1)]
+    assert max(spread) > 0 or len(set(means)) > 1, f"rewards constant: mean {means}, std {spread}"
+    return by_step
+
+
+def test_grpo_gt_math_validates_before_training(tmp_path):
+    run = run_row(tmp_path / "gt", "grpo_gt_math")
+    by_step = assert_trained(run)
+    assert any(k.startswith("val-core/") for k in by_step[0]), f"no validation before training: {by_step.get(0)}"
+    assert float(by_step[1]["reward/failed"]) == 0
+
+
+def test_grpo_ttrl_math_votes_on_all_rollouts_and_trains_on_some(tmp_path):
+    run = run_row(tmp_path / "ttrl", "grpo_ttrl_math", "train.n_trained=2")
+    by_step = assert_trained(run)
+    for step in (1, 2):
+        assert by_step[step]["reward/voted_sessions"] == 16  # 4 prompts x 4 votes, scored by the group hook
+        assert by_step[step]["reward/trained_sessions"] == 8  # 2 of each prompt's 4 trained on
+
+
+def test_ppo_sarl_math_trains_the_critic_with_gae(tmp_path):
+    """The critic loads in its Ray worker with the configured attention (sdpa; verl's own loader would ask for
+    flash_attention_2, absent on CPU) and is trained: its loss is logged every step."""
+    run = run_row(tmp_path / "ppo", "ppo_sarl_math")
+    by_step = assert_trained(run)
+    for step in (1, 2):
+        assert math.isfinite(float(by_step[step]["critic/vf_loss"]))
+        assert "critic/values/mean" in by_step[step]
+
+
+def test_a_reward_that_raises_stops_the_run_with_one_line(tmp_path):
+    """verl would sample a group whose reward raised again for ever; here each such response is a failed reward,
+    left out and counted, and train.max_failed_steps steps of them stop the run (exit 1, one line)."""
+    run = run_row(
+        tmp_path / "raises",
+        "grpo_gt_math",
+        "reward._target_=sarl_raising_reward.RaisingReward",
+        "train.max_failed_steps=1",
+        env={"PYTHONPATH": str(REPO / "tests" / "fixtures" / "rewards")},
+    )
+    assert run.rc == 1, tail(run)
+    stops = [x for x in run.log.splitlines() if x.startswith("training stopped:")]
+    assert len(stops) == 1, tail(run)
+    assert "no usable reward in 1 consecutive steps" in stops[0]
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path):
+    run_dir = tmp_path / "resume"
+    first = run_row(run_dir, "grpo_gt_math", "train.total_training_steps=1", "train.save_freq=1")
+    assert_trained(first, steps=1)
+    assert (run_dir / "checkpoints" / "global_step_1").is_dir(), sorted(os.listdir(run_dir / "checkpoints"))
+    second = run_row(run_dir, "grpo_gt_math", "train.total_training_steps=2", "train.save_freq=1")
+    assert second.rc == 0, tail(second)
+    assert "global_step_1" in second.log and "Training from scratch" not in second.log, tail(second)
+    by_step = assert_trained(second, steps=2, first_step=2)
+    assert 1 in by_step  # the first run's step survives the resume (metrics.jsonl is appended to)
+
+
+@pytest.fixture(scope="module")
+def vllm_embedding_server(tmp_path_factory):
+    """The real vLLM CPU server (.venv-vllm) embedding with MiniLM over HTTP, as a cluster's embedding server."""
+    from sarl.embed.local import bundled_minilm_path
+    from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+
+    python = REPO / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
+            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {python} is missing: run scripts/setup_vllm_cpu.sh")
+        pytest.skip(f"{python} is missing: run scripts/setup_vllm_cpu.sh")
+    server = EmbeddingServer(
+        bundled_minilm_path(),
+        served_name="minilm",
+        python=str(python),
+        env=VLLM_CPU_ENV,
+        extra_args=VLLM_CPU_ARGS,
+        startup_timeout_s=300.0,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+    )
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_grpo_sarl_math_embeds_through_the_vllm_server(tmp_path, vllm_embedding_server):
+    run = run_row(
+        tmp_path / "sarl",
+        "grpo_sarl_math",
+        "embedding=vllm_server",
+        f"embedding.url={vllm_embedding_server}",
+        "embedding.model=minilm",
+        "embedding.dim=384",
+    )
+    by_step = assert_trained(run)
+    for step in (1, 2):
+        assert by_step[step]["reward/failed"] == 0, by_step[step]
+        assert math.isfinite(float(by_step[step]["reward/C/mean"]))
+
+
+def test_evol_rl_paper_votes_64_to_32_scaled_to_4_to_2(tmp_path):
+    run = run_row(tmp_path / "evol", "evol_rl_paper")
+    by_step = assert_trained(run)
+    assert by_step[1]["reward/voted_sessions"] == 16 and by_step[1]["reward/trained_sessions"] == 8
+
+
+def test_pasc_grpo_grp_math_trains_with_scae(tmp_path):
+    """PASC-GRPO's advantage estimator (SCAE) registered in the trainer's process and used in both steps; the GRP
+    format check runs first and reports (the tiny policy writes no graph)."""
+    run = run_row(tmp_path / "pasc", "pasc_grpo_grp_math")
+    # the tiny policy writes no graph: GRP scores every response alike, so SCAE's advantages and the update are 0
+    by_step = assert_trained(run, learns=False)
+    assert by_step[1]["reward/score/std"] == 0 and by_step[1]["reward/failed"] == 0
+    assert "format check:" in run.log
+    config = (run.run_dir / "verl_trainer.yaml").read_text()
+    assert "adv_estimator: scae" in config
+
+
+def test_grpo_lcs_maxflow_math_joint_reward_with_masking_and_tag_resampling(tmp_path):
+    """The attention model (MaxFlow), LCS, truncated completions masked, the tag set redrawn per sampled prompt."""
+    run = run_row(tmp_path / "joint", "grpo_lcs_maxflow_math")
+    assert run.rc == 0, tail(run)
+    # the tiny policy writes no step tags (both rewards score every response alike) and on the long tagged prompts
+    # runs into the length cap: truncated responses are left out, a step with none usable skips its update
+    by_step = run.steps()
+    for step in (1, 2):
+        row = by_step[step]
+        assert "reward/maxflow/score/mean" in row and "reward/lcs/score/mean" in row, sorted(row)
+        assert row["reward/failed"] == 0
+        skipped = row["reward/update_skipped"] == 1
+        assert skipped or math.isfinite(float(row["actor/pg_loss"])), row
+    assert sum(by_step[s]["response/truncated_left_out"] for s in (1, 2)) > 0
+    assert {int(s["global_steps"]) for s in sync_records(run.run_dir) if s["global_steps"]} == {1, 2}
+    prompts = pd_prompts(run.run_dir)
+    assert len(set(prompts)) == len(prompts)  # every row its own tag set
+    config = (run.run_dir / "verl_trainer.yaml").read_text()
+    assert "resample_tags: true" in config and "mask_truncated: true" in config
+
+
+def pd_prompts(run_dir: Path) -> list[str]:
+    import pandas as pd
+
+    frame = pd.read_parquet(run_dir / "verl_cpu_data" / "train.parquet")
+    return [p[0]["content"] for p in frame["prompt"]]
+
+
+def test_lcs_paper_pipeline_sft_then_grpo_from_its_checkpoint(tmp_path):
+    """The SFT stage runs verl's SFT trainer (torchrun, gloo) on the shipped tagged traces, the RL stage loads the
+    Hugging Face checkpoint it wrote."""
+    run = run_row(tmp_path / "lcs_paper", "lcs_paper")
+    assert run.rc == 0, tail(run)
+    sft = read_metrics_history(run.run_dir / "sft" / "metrics.jsonl")
+    assert [int(r["step"]) for r in sft if "train/loss" in r] == [1, 2], sft
+    # two SFT steps on 6 traces do not teach the tiny policy the tags, and most of its responses run into the
+    # length cap: masked (train.mask_truncated), a step may have no usable response and skip its update
+    rl = Run(run.rc, run.run_dir / "rl", run.log).steps()
+    for step in (1, 2):
+        assert "reward/score/mean" in rl[step] and "response/truncated_left_out" in rl[step], rl.get(step)
+    assert {int(s["global_steps"]) for s in sync_records(run.run_dir / "rl") if s["global_steps"]} == {1, 2}
+    start = json.loads((run.run_dir / "pipeline.json").read_text())["stages"]["sft"]
+    assert f"model.path={start}" in run.log

@@ -1,0 +1,86 @@
+"""`backend=verl_cpu` as a config: what it changes in a row, what it leaves alone, and the verl settings it adds.
+The runs themselves are in test_verl_cpu.py."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from sarl.backends.verl import cpu
+from sarl.compose import CONF_DIR, compose_user_config
+
+ROWS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
+
+
+def compose(*overrides: str):
+    return compose_user_config(list(overrides))
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_composes_for_the_cpu(row):
+    cfg, choices = compose(f"+exp={row}", "backend=verl_cpu")
+    assert cfg.backend.name == "verl" and cfg.backend.cpu and cfg.backend.rollout_engine == "hf"
+    if cfg.get("pipeline"):
+        return  # each stage is made small when it is composed (sarl.pipeline)
+    assert choices["model"] == "tiny_qwen3"
+    assert cfg.train.total_training_steps == 2 and cfg.train.n_gpus_per_node == 1
+
+
+def test_a_row_is_made_small_and_keeps_its_algorithm_and_reward():
+    cfg, choices = compose("+exp=grpo_ttrl64_math", "backend=verl_cpu")
+    assert choices["algorithm"] == "grpo" and choices["reward"] == "ttrl" and choices["data"] == "smoke"
+    assert (cfg.train.rollout_n, cfg.train.n_trained) == (4, 2)  # 64 votes / 32 trained: the ratio kept
+    assert cfg.reward.n_votes == 4 and cfg.reward.n_samples == 2
+    assert cfg.train.train_batch_size == 4 and cfg.train.max_response_length == 192
+    assert choices["logger"] == "none"
+
+
+def test_what_the_command_line_names_is_kept():
+    cfg, choices = compose(
+        "+exp=grpo_sarl_math", "backend=verl_cpu", "train.total_training_steps=5", "embedding=vllm_server", "seed=3"
+    )
+    assert cfg.train.total_training_steps == 5
+    assert choices["embedding"] == "vllm_server"
+    cfg, choices = compose("+exp=grpo_sarl_math", "backend=verl_cpu")
+    assert choices["embedding"] == "local"  # no hub model on a laptop: the MiniLM the package carries
+
+
+def test_tagged_rows_train_on_tagged_smoke_prompts_and_read_the_last_two_layers():
+    cfg, choices = compose("+exp=grpo_lcs_maxflow_math", "backend=verl_cpu")
+    assert choices["data"] == "smoke_structured" and cfg.data.prompt_style == "structured"
+    assert list(cfg.reward.components.maxflow.layers) == [-2, -1]  # the tiny policy has 2 layers
+    assert cfg.train.mask_truncated and cfg.train.resample_tags  # the row's own settings
+    cfg, _ = compose("+exp=grpo_maxflow_math", "backend=verl_cpu")
+    assert list(cfg.reward.layers) == [-2, -1]
+
+
+def test_the_grp_format_check_runs_but_does_not_stop_the_tiny_policy():
+    cfg, _ = compose("+exp=pasc_grpo_grp_math", "backend=verl_cpu")
+    assert cfg.format_check.parser and cfg.format_check.min_share == 0.0
+
+
+def test_sft_stages_keep_their_shipped_traces():
+    cfg, choices = compose(
+        "+exp=lcs_paper", "backend=verl_cpu", "algorithm=sft", "data=sft_structured", "pipeline=null"
+    )
+    assert choices["data"] == "sft_structured" and cfg.train.train_batch_size == 2
+    cfg, choices = compose("+exp=grpo_gt_math", "backend=verl_cpu", "algorithm=sft", "data=s1k", "pipeline=null")
+    # a named data group is kept; a stage's own (not named on the command line) is replaced by the smoke traces
+    assert choices["data"] == "s1k"
+
+
+def test_the_verl_settings_of_a_cpu_run():
+    cfg, _ = compose("+exp=grpo_gt_math", "backend=verl_cpu")
+    values = cpu.verl_values(cfg)
+    assert values["actor_rollout_ref.actor.strategy"] == "fsdp2"
+    assert values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 1
+    assert values["actor_rollout_ref.rollout.max_model_len"] == 320 + 192
+    verl = OmegaConf.create({"ray_kwargs": {"ray_init": {"num_cpus": None}}})
+    OmegaConf.set_struct(verl, True)
+    cpu.with_cpu_settings(verl)
+    assert verl.ray_kwargs.ray_init.num_gpus == 1 and verl.ray_kwargs.ray_init.num_cpus == 16
+
+
+def test_merged_overrides_drop_the_earlier_value_of_a_key():
+    merged = cpu.merged_overrides(["+exp=x", "data=sft_structured", "train.x=1"], ["data=sft_smoke"])
+    assert merged == ["+exp=x", "train.x=1", "data=sft_smoke"]
