@@ -45,6 +45,12 @@ Decisions where the paper is silent (decisions §4):
 
 For PASC-GRPO, `GRPReward(combine="scae")` packs accuracy and R_graph into one score
 (`baselines.pasc_grpo.pack_scae`) for the `scae` advantage estimator, which unpacks it.
+
+Code (GRP Sec. 4, App. C.3, E; decisions §4): the graph is scored as for math, the accuracy r_acc of Eq. (14) is
+the execution outcome (`outcome="code_exec"`): the last fenced Python block inside the last `<answer>` block
+runs against the row's tests (`baselines.code_exec.CodeExecReward`, all tests pass -> 1, else 0). No `<answer>`
+block, or none with a fenced block, scores 0 (`code/no_code_block`); a row the sandbox could not judge is
+masked (failed), never a 0.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
+from baselines.code_exec import DIAGNOSTIC_KEYS as CODE_DIAGNOSTIC_KEYS
+from baselines.code_exec import CodeExecReward
 from baselines.ground_truth import GroundTruthReward
 from baselines.pasc_grpo import (  # noqa: F401 (the SCAE names stay importable from here)
     SCAE_ESTIMATOR,
@@ -296,6 +304,7 @@ def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT
 # ---------------------------------------------------------------------------------------------------------
 
 COMBINE_MODES = ("sum", "scae")
+OUTCOMES = ("answer", "code_exec")  # the accuracy term: the graded \boxed{} answer | the executed code
 
 
 def _gradable(answer: str | None) -> str:
@@ -306,16 +315,21 @@ def _gradable(answer: str | None) -> str:
 
 
 class GRPReward(RewardFunction):
-    """GRP's process-aware graph reward with accuracy (GRP Sec. 3.2).
+    """GRP's process-aware graph reward with an outcome term (GRP Sec. 3.2).
 
-    combine="sum" (GRPO): score = acc_weight * acc + R_graph; combine="scae" (PASC-GRPO): the packed score
-    `pack_scae(acc, R_graph)` for the `scae` advantage estimator. Diagnostics: `acc`, `R_graph`, each
-    reward of Eq. (2)-(13), `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`,
-    `repeated_parents`, `parse_failed`, `no_answer`. A parse failure scores R_graph = 0 (counted by reason in
-    `parse_errors`); a missing gold answer fails the row (`failed`, accuracy 0).
+    The outcome term r_acc (`outcome`): "answer" (math: the `\\boxed{}` of the `<answer>` block graded against
+    the gold answer with `eval.grading`) or "code_exec" (code: the `<answer>` block's last fenced Python block
+    run against the row's tests `{"tests": SOURCE}` by `baselines.code_exec.CodeExecReward`, built from the
+    `code_exec` settings, conf/reward/code_exec.yaml's keys). combine="sum" (GRPO): score = acc_weight * r_acc
+    + R_graph; combine="scae" (PASC-GRPO): the packed score `pack_scae(r_acc, R_graph)` for the `scae` advantage
+    estimator (Eq. 14-16 need r_acc in {0, 1}: the execution outcome must be all-pass). Diagnostics: `acc`,
+    `R_graph`, each reward of Eq. (2)-(13), `n_nodes`, `n_edges`, `n_blocks`, `cycle`, `dangling_parents`,
+    `repeated_parents`, `parse_failed`, `no_answer`, and for code the execution reward's `pass_fraction` and
+    `code/<outcome>`. A parse failure scores R_graph = 0 (counted by reason in `parse_errors`); a missing gold
+    answer or tests, or a program the sandbox could not judge, fails the row (`failed`, masked; r_acc 0).
     """
 
-    diagnostic_keys = (
+    diagnostic_keys: tuple[str, ...] = (
         "acc",
         "R_graph",
         "R_fmt",
@@ -345,30 +359,55 @@ class GRPReward(RewardFunction):
         start: str = "first_known",
         tokenizer: Any = None,
         grader: Grader | None = None,
+        outcome: str = "answer",
+        code_exec: Mapping[str, Any] | CodeExecReward | None = None,
     ) -> None:
         super().__init__()
         if start not in START_MODES:
             raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
         if combine not in COMBINE_MODES:
             raise ValueError(f"combine={combine!r} is not valid; choose one of: {', '.join(COMBINE_MODES)}")
+        if outcome not in OUTCOMES:
+            raise ValueError(f"reward.outcome={outcome!r} is not valid; choose one of: {', '.join(OUTCOMES)}")
         self.weights = check_weights(dict(weights) if weights is not None else DEFAULT_WEIGHTS)
         self.combine = combine
         self.acc_weight = float(acc_weight)
         self.start = start
         self.count_tokens = TokenCounter(tokenizer)
         self.grader = grader
+        self.outcome = outcome
+        self.code_exec: CodeExecReward | None = None
+        if outcome == "code_exec":
+            built = code_exec if isinstance(code_exec, CodeExecReward) else CodeExecReward(**dict(code_exec or {}))
+            if combine == "scae" and built.mode != "all_pass":
+                raise ValueError(
+                    f"combine=scae needs an accuracy in {{0, 1}} (GRP Eq. 14): reward.code_exec.score={built.mode!r} "
+                    "is not; use all_pass"
+                )
+            self.code_exec = built
+            extra = tuple(k for k in CODE_DIAGNOSTIC_KEYS if k not in type(self).diagnostic_keys)
+            self.diagnostic_keys = (*type(self).diagnostic_keys, *extra)
+        elif code_exec is not None:
+            raise ValueError("reward.code_exec is set but reward.outcome=answer: set reward.outcome=code_exec")
         self.parse_errors: Counter[str] = Counter()
+
+    def check_ready(self) -> str | None:
+        return self.code_exec.check_ready() if self.code_exec is not None else None
+
+    def _outcomes(self, batch: RolloutBatch, parses: list[GraphParse]) -> list[RewardOutput]:
+        """r_acc per response from its `<answer>` block (class docstring)."""
+        if self.code_exec is not None:  # the block's text as a final answer: code_exec runs its last fenced block
+            responses = [f"{THINK_CLOSE}\n{p.answer}" if p.answer else "" for p in parses]
+            code = RolloutBatch(prompts=list(batch.prompts), responses=responses, ground_truths=batch.ground_truths)
+            return self.code_exec.score(code)
+        answers = [_gradable(p.answer) for p in parses]
+        to_grade = RolloutBatch(prompts=list(batch.prompts), responses=answers, ground_truths=batch.ground_truths)
+        return GroundTruthReward(self.grader or default_grader())(to_grade)
 
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         parses = [parse_graph(r) for r in batch.responses]
-        to_grade = RolloutBatch(
-            prompts=list(batch.prompts),
-            responses=[_gradable(p.answer) for p in parses],
-            ground_truths=batch.ground_truths,
-        )
-        graded = GroundTruthReward(self.grader or default_grader())(to_grade)
         out = []
-        for p, g in zip(parses, graded):
+        for p, g in zip(parses, self._outcomes(batch, parses)):
             if p.error is None:
                 diag = graph_rewards(p, self.count_tokens, self.start)
                 diag["R_graph"] = r_graph(diag, self.weights)  # Eq. (13)
@@ -377,11 +416,13 @@ class GRPReward(RewardFunction):
                 self.parse_errors[p.error] += 1
                 diag = {"R_graph": 0.0, "parse_failed": 1.0}
             acc = g.diagnostics.get("acc", 0.0)
+            if self.code_exec is not None:  # pass_fraction, code/<outcome>
+                diag.update({k: v for k, v in g.diagnostics.items() if k in CODE_DIAGNOSTIC_KEYS})
             diag.update({"acc": acc, "no_answer": float(p.answer is None or not p.answer)})
-            if self.combine == "scae":
+            if self.combine == "scae":  # Eq. (14)-(16) in the `scae` estimator
                 score = pack_scae(acc, min(1.0, max(0.0, diag["R_graph"])))
             else:
-                score = self.acc_weight * acc + diag["R_graph"]
+                score = self.acc_weight * g.score + diag["R_graph"]
             out.append(RewardOutput(score, diag, g.failed))
         n_bad = sum(p.error is not None for p in parses)
         if n_bad:

@@ -119,6 +119,13 @@ def question_of(prompt: str) -> str:
     return rest[: -len(_PROMPT_TAIL)]
 
 
+def tags_of_prompt(prompt: str) -> list[str]:
+    """The tags a prompt written by `structured_prompt` lists, in its order; ValueError for any other text."""
+    question_of(prompt)  # the same check of the prompt's frame
+    listing = prompt[len(_PROMPT_HEAD) :].partition(".\n")[0]
+    return [t.strip()[1:-1] for t in listing.split(",")]
+
+
 def redraw_tags(messages: Sequence[dict], seed: int, key: str) -> list[dict]:
     """Training-time tag randomisation (Structured Reasoning App. A.4 "Tag Randomization for Robustness": "for each
     question, we retain the top 5 tags and randomly sample 0-5 additional tags ..., shuffling their order"):

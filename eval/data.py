@@ -1,6 +1,6 @@
 """Benchmark files as the data preparation writes them: verl parquet `<data_dir>/<benchmark>/test.parquet`.
 
-Columns: data_source, prompt (chat messages), ability, reward_model {"ground_truth": str | list[str]},
+Columns: data_source, prompt (chat messages), ability, reward_model {"ground_truth": str | list[str] | code tests},
 extra_info {"index", "id", ...; WildBench adds "checklist", "primary_tag", "secondary_tags", "session_id",
 "conversation"}. A malformed file is an error that names the benchmark, the row and what is wrong.
 """
@@ -13,20 +13,22 @@ from typing import Any
 
 from eval.cache import stable_hash
 from eval.grading import gold_answers
+from eval.sandbox import check_tests
 from sarl.errors import UserError
 
-KINDS = ("math", "wildbench")
+KINDS = ("math", "wildbench", "code")
 
 
 @dataclass
 class Problem:
-    """One benchmark item: the chat messages to answer, the accepted answers (math) and the row's extras."""
+    """One benchmark item: the chat messages to answer, the accepted answers (math) or the tests (code:
+    `{"tests", "prelude", "stdin"}`, sarl.data.code_tests) and the row's extras."""
 
     benchmark: str
     id: str
     index: int
     messages: list[dict[str, str]]
-    gold: list[str] | None = None
+    gold: list[str] | dict[str, Any] | None = None
     extra_info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -86,6 +88,11 @@ def load_benchmark(path: str | Path, benchmark: str, kind: str, limit: int | Non
                 gold = gold_answers(truth)
             except ValueError as err:
                 raise ValueError(f"{where} (id {pid!r}): {err}") from err
+        elif kind == "code":
+            gold = (row.get("reward_model") or {}).get("ground_truth")
+            problem = check_tests(gold.get("tests")) if isinstance(gold, dict) else "not a dict with tests"
+            if problem:
+                raise ValueError(f"{where} (id {pid!r}): the ground truth is not code tests: {problem}")
         else:
             for key in ("primary_tag", "secondary_tags", "checklist"):
                 if key not in info:

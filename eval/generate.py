@@ -95,6 +95,7 @@ class Generator(ABC):
     error)` for each request as it finishes, so that the caller can cache it at once."""
 
     name = "generator"
+    sampling: SamplingConfig  # what `generate` samples with; eval.run sets it per sampling setting of a protocol
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest], on_result: OnResult) -> None: ...

@@ -8,10 +8,14 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from eval.cache import atomic_write_text
 from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES
+
+if TYPE_CHECKING:
+    from eval.data import Problem
+    from eval.protocol import Benchmark
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +139,150 @@ def summarise_overall(benchmarks: Mapping[str, Mapping[str, Any]], base: Mapping
     return out
 
 
+def problem_row(b: Benchmark, p: Problem, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """One line of problems.jsonl / the W&B table: the problem's samples without their texts."""
+    tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
+    srs = [s["structure"]["sr"] for s in samples if s.get("structure") and s["structure"].get("sr") is not None]
+    row: dict[str, Any] = {
+        "benchmark": b.label,
+        "problem_id": p.id,
+        "n_samples": len(samples),
+        "n_correct": None,
+        "avg": None,
+        "judge_score": None,
+        "n_judge_failed": None,
+        "mean_tokens": mean(tokens),
+        "n_truncated": sum(bool(s["truncated"]) for s in samples),
+        "mean_sr": mean(srs),
+        "answers": [s.get("answer") for s in samples] if b.kind in ("math", "code") else [],
+        "samples": [{k: v for k, v in s.items() if k != "text"} for s in samples],
+    }
+    if b.kind in ("math", "code"):  # a code sample's answer is its run's outcome (eval/code.py)
+        row["n_correct"] = sum(bool(s["correct"]) for s in samples)
+        row["avg"] = 100.0 * row["n_correct"] / len(samples)
+    else:
+        scores = [s["judge_score"] for s in samples if s["judge_score"] is not None]
+        row["judge_score"] = mean(scores)
+        row["n_judge_failed"] = sum(1 for s in samples if s["judge_failed"])
+    return row
+
+
+def summarise_wildbench(b: Benchmark, problems: list[dict[str, Any]], base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Per-task score (mean of its judged responses), category scores, WB Score and its Δ% to the base."""
+    from eval.wildbench import category_scores, task_categories, wb_score_macro
+
+    task_scores: dict[str, float] = {}
+    categories: dict[str, list[str]] = {}
+    samples = [s for p in problems for s in p["samples"]]
+    for p in problems:
+        info = p["problem"].extra_info
+        categories[p["id"]] = task_categories(info["primary_tag"], info.get("secondary_tags") or [])
+        scores = [s["judge_score"] for s in p["samples"] if s["judge_score"] is not None]
+        if scores:
+            task_scores[p["id"]] = sum(scores) / len(scores)
+    cats = category_scores(task_scores, categories)
+    out: dict[str, Any] = {
+        "benchmark": b.name,
+        "n_tasks": len(problems),
+        "n_samples": len(samples),
+        "n_judged": sum(1 for s in samples if s["judge_score"] is not None and not s["empty"]),
+        "n_empty": sum(1 for s in samples if s["empty"]),
+        "n_failed": sum(1 for s in samples if s["judge_failed"]),
+        "n_tasks_scored": len(task_scores),
+        "mean_score": mean(list(task_scores.values())),
+        "categories": cats,
+        "wb_score": None,
+        "wb_score_missing": None,
+        "delta_pct": None,
+        "mean_tokens": mean([s["n_tokens"] for s in samples if s.get("n_tokens") is not None]),
+        "truncation_rate": 100.0 * sum(bool(s["truncated"]) for s in samples) / len(samples),
+        "no_answer_rate": 100.0 * sum(bool(s["empty"]) for s in samples) / len(samples),
+        "generation_failures": sum(bool(s.get("generation_failed")) for s in samples),
+        "structure": structure_summary([s["structure"] for s in samples if s.get("structure") is not None]),
+    }
+    try:
+        out["wb_score"] = wb_score_macro(cats)
+    except ValueError as err:
+        out["wb_score_missing"] = str(err)
+    base_wb = ((base or {}).get("wildbench") or {}).get("benchmarks", {}).get(b.name, {}).get("wb_score")
+    if out["wb_score"] is not None and base_wb and round(base_wb, 2):
+        out["delta_pct"] = table_delta_pct(out["wb_score"], base_wb)
+    return out
+
+
+def headline(summary: Mapping[str, Any]) -> tuple[str, float] | None:
+    """A benchmark's first numeric protocol metric (avg@n, pass@1 or pass@1_mean) and its value."""
+    return next(((k, v) for k, v in (summary.get("metrics") or {}).items() if isinstance(v, (int, float))), None)
+
+
+def protocol_math_part(
+    parts: Sequence[Mapping[str, Any] | None], plan: Mapping[str, Any], base: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """results.json's `math` from the parts scored per sampling setting: every benchmark (by its plan label),
+    `overall` (SARL Table 2's Avg over them; per sweep value when the protocol sweeps a setting) and, with a
+    sweep, `sweep`: per benchmark the headline metric at each value and their mean ± std (Structured Reasoning
+    Table 4)."""
+    from eval.metrics import mean_std
+
+    parts = [p for p in parts if p]
+    sweeps = {e["label"]: e["sweep"] for e in plan["benchmarks"] if e.get("sweep")}
+    if not parts or (len(parts) == 1 and not sweeps):
+        return dict(parts[0]) if parts else None
+    benches = {k: v for p in parts for k, v in p["benchmarks"].items()}
+    base_math = (base or {}).get("math")
+    if not sweeps:
+        return {"benchmarks": benches, "overall": summarise_overall(benches, base_math)}
+    by_value: dict[str, dict[str, Any]] = {}
+    by_bench: dict[str, dict[str, Any]] = {}
+    for label, s in benches.items():
+        key, value = sweeps[label]
+        by_value.setdefault(f"{key}={value}", {})[label] = s
+        head = headline(s)
+        if head is not None:
+            entry = by_bench.setdefault(label.split("/")[0], {"key": key, "metric": head[0], "values": {}})
+            entry["values"][str(value)] = head[1]
+    for entry in by_bench.values():
+        entry["mean"], entry["std"] = mean_std(list(entry["values"].values()))
+    overall = {v: summarise_overall(group, None) for v, group in by_value.items()}
+    return {"benchmarks": benches, "overall": overall, "sweep": by_bench}
+
+
+def protocol_markdown(results: Mapping[str, Any]) -> list[str]:
+    """The metrics table of a protocol other than SARL's, and its sweep table."""
+    protocol = results["protocol"]
+    benches = (results.get("math") or {}).get("benchmarks") or {}
+    if not benches:
+        return []
+    metric_names = list(dict.fromkeys(k for s in benches.values() for k in s.get("metrics") or {}))
+    cols = [m for m in metric_names if m not in ("pass@1_std", "pass@1_per_seed")]
+    plan = {e["label"]: e for e in protocol["benchmarks"]}
+    lines = ["", f"## {protocol['paper']} protocol `{protocol['name']}`", ""]
+    lines.append("| Benchmark | n | max_tokens | temperature | " + " | ".join(cols) + " |")
+    lines.append("|---" * (len(cols) + 4) + "|")
+    for label, s in benches.items():
+        m, sampling = s.get("metrics") or {}, plan[label]["sampling"]
+        cells = []
+        for c in cols:
+            cell = _fmt(m.get(c))
+            if c == "pass@1_mean" and m.get("pass@1_std") is not None:
+                cell += f" ± {_fmt(m['pass@1_std'])}"
+            cells.append(cell)
+        head = f"| {label} | {plan[label]['n']} | {sampling['max_tokens']} | {sampling['temperature']:g} | "
+        lines.append(head + " | ".join(cells) + " |")
+    sweep = (results.get("math") or {}).get("sweep") or {}
+    if sweep:
+        values = list(dict.fromkeys(v for e in sweep.values() for v in e["values"]))
+        key = next(iter(sweep.values()))["key"]
+        lines += ["", f"### By {key}: the headline metric at each value, mean ± std over them", ""]
+        lines.append("| Benchmark | metric | " + " | ".join(f"{key}={v}" for v in values) + " | mean ± std |")
+        lines.append("|---" * (len(values) + 3) + "|")
+        for b, e in sweep.items():
+            cells = [_fmt(e["values"].get(v)) for v in values]
+            stat = _fmt(e["mean"]) + (f" ± {_fmt(e['std'])}" if e["std"] is not None else "")
+            lines.append(f"| {b} | {e['metric']} | " + " | ".join(cells) + f" | {stat} |")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------------------------------------
@@ -164,7 +312,9 @@ def markdown_report(results: Mapping[str, Any], base: Mapping[str, Any] | None) 
         lines += ["", f"**Incomplete:** {results.get('incomplete_reason')}. Rerun the same command to resume."]
     math_part = results.get("math") or {}
     benches = math_part.get("benchmarks") or {}
-    if benches:
+    if (results.get("protocol") or {}).get("name", "sarl") != "sarl":
+        lines += protocol_markdown(results)
+    elif benches:
         k = next(iter(benches.values()))["k"]
         base_b = (base or {}).get("math", {}).get("benchmarks", {})
         overall = math_part["overall"]
@@ -272,6 +422,8 @@ def flat_metrics(results: Mapping[str, Any]) -> dict[str, float]:
         for m in ("avg_at_k", "mean_tokens", "truncation_rate", "no_answer_rate", "grader_timeouts"):
             put(f"eval/{b}/{m}", s.get(m))
         put(f"eval/{b}/sr_mean", (s.get("structure") or {}).get("sr_mean"))
+        for m, v in (s.get("metrics") or {}).items():
+            put(f"eval/{b}/{m}", v)
     for m, v in ((results.get("math") or {}).get("overall") or {}).items():
         put(f"eval/math/{m}", v)
     for b, s in ((results.get("wildbench") or {}).get("benchmarks") or {}).items():

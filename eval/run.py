@@ -1,14 +1,16 @@
-"""Evaluate a checkpoint: avg@k on the math benchmarks and the WildBench score (SARL Sec. 4.1, Tables 2-3, 8-9,
-Fig. 2a).
+"""Evaluate a checkpoint by a paper's protocol (conf/eval/protocol/, `eval.protocol`): by default SARL's, avg@k on
+the math benchmarks and the WildBench score (SARL Sec. 4.1, Tables 2-3, 8-9, Fig. 2a).
 
     python -m eval.run ckpt=/path/to/checkpoint
+    python -m eval.run ckpt=DIR protocol=evol_rl        # or grp, structured, structured_temperature
+    python -m eval.run protocol=structured dry_run=true  # the resolved plan; no checkpoint needed
     python -m eval.run ckpt=DIR base_results=runs/eval/Qwen3-4B/<date>_<time>      # the Δ% columns
     python -m eval.run ckpt=DIR generator=openai generator.url=http://HOST:8000/v1
     python -m eval.run ckpt=DIR judge.url=http://JUDGE:8000/v1 judge.model=Qwen/Qwen3-32B  # a local judge
 
-Arguments are Hydra overrides of conf/eval.yaml. Stages: generate (cached per sample; an interrupted run
-resumes), grade the math answers after the thinking part, structure statistics of every response (cached),
-judge WildBench responses (cached), optional lm-eval tasks, then results.json, results.md and problems.jsonl
+Arguments are Hydra overrides of conf/eval.yaml. Per sampling setting of the plan: generate (cached per sample;
+an interrupted run resumes), grade the math answers after the thinking part, structure statistics of every response
+(cached), judge WildBench responses (cached), optional lm-eval tasks, then results.json, results.md and problems.jsonl
 in the run directory and a W&B run. Exit code 0 when complete, 3 when some generation or judgement failed
 (the results say which; rerunning the same command retries only those).
 """
@@ -20,15 +22,23 @@ import datetime as dt
 import json
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from eval.cache import SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash, text_hash
-from eval.data import Problem, benchmark_path, load_benchmark
+from eval.code import code_outcomes, code_sample, run_code
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
+from eval.protocol import (
+    Benchmark,
+    check_eval_config,
+    check_runnable,
+    format_plan,
+    load_benchmarks,
+    resolve_plan,
+    sampling_config,
+)
 from sarl.errors import UserError, check_writable_dir, composition_error_message, debug_requested
 
 log = logging.getLogger("eval.run")
@@ -36,6 +46,7 @@ log = logging.getLogger("eval.run")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 BACKENDS = ("vllm", "openai", "transformers")  # conf/eval/generator/<name>.yaml
 GENERATOR_GROUP, JUDGE_GROUP = "eval/generator@generator", "eval/judge@judge"  # the groups in conf/eval.yaml
+PROTOCOL_GROUP = "eval/protocol@protocol"
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 
@@ -58,8 +69,9 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
 
 
 def group_overrides(overrides: list[str]) -> list[str]:
-    """The command line with the generator and judge choices as Hydra's group overrides: `generator=NAME` picks
-    conf/eval/generator/NAME.yaml (its settings are then `generator.KEY`), `judge=NAME` conf/eval/judge/NAME.yaml.
+    """The command line with the generator, judge and protocol choices as Hydra's group overrides: `generator=NAME`
+    picks conf/eval/generator/NAME.yaml (its settings are then `generator.KEY`), `judge=NAME` conf/eval/judge/NAME.yaml,
+    `protocol=NAME` conf/eval/protocol/NAME.yaml.
     The former keys still work: `generator.backend=NAME` is `generator=NAME`, and `generator.NAME.KEY=V` is
     `generator.KEY=V` when NAME is the chosen back end and is ignored otherwise (it had no effect)."""
     backend = "vllm"
@@ -79,6 +91,11 @@ def group_overrides(overrides: list[str]) -> list[str]:
             out.append(f"{GENERATOR_GROUP}={value}")
         elif eq and bare == "judge":
             out.append(f"{JUDGE_GROUP}={value}")
+        elif eq and bare == "protocol":
+            names = sorted(p.stem for p in (CONF_DIR / "eval" / "protocol").glob("*.yaml"))
+            if value not in names:
+                raise UserError(f"protocol={value!r}; choose one of: {', '.join(names)}")
+            out.append(f"{PROTOCOL_GROUP}={value}")
         elif len(parts) > 2 and parts[0] == "generator" and parts[1] in BACKENDS:
             if parts[1] == backend:
                 out.append(f"{prefix}generator.{'.'.join(parts[2:])}{eq}{value}")
@@ -94,77 +111,8 @@ def generator_name(cfg: DictConfig) -> str:
     return str(cfg.generator._target_).rpartition(".")[2].removesuffix("_generator")
 
 
-def _looks_like_path(name: str) -> bool:
-    """A local path rather than a Hub id (`org/name`) or a served model's name."""
-    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
-
-
-def check_eval_config(cfg: DictConfig) -> None:
-    """Everything that can be checked before any model is loaded or any work done; a UserError names the
-    first key that cannot work."""
-    if OmegaConf.is_missing(cfg, "ckpt"):
-        raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    ckpt = str(cfg.ckpt)
-    remote = str(cfg.generator.get("url", "auto")) != "auto"  # an OpenAI-compatible server that has the model
-    if _looks_like_path(ckpt) and not remote:
-        path = Path(ckpt).expanduser()
-        if not path.is_dir():
-            raise UserError(
-                f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)"
-            )
-        if not (path / "config.json").is_file():
-            raise UserError(f"ckpt={ckpt} has no config.json: not a Hugging Face checkpoint directory")
-    s = cfg.sampling
-    for key, value, ok, what in (
-        ("sampling.n", s.n, lambda v: v >= 1, "an integer >= 1"),
-        ("sampling.n_wildbench", s.n_wildbench, lambda v: v >= 1, "an integer >= 1"),
-        ("sampling.max_tokens", s.max_tokens, lambda v: v >= 1, "an integer >= 1"),
-        ("sampling.temperature", s.temperature, lambda v: v >= 0, "a number >= 0"),
-        ("sampling.top_p", s.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
-        ("limit", cfg.limit, lambda v: v is None or v >= 1, "null or an integer >= 1"),
-        ("structure.batch_size", cfg.structure.batch_size, lambda v: v >= 1, "an integer >= 1"),
-    ):
-        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))) or not ok(value):
-            raise UserError(f"{key}={value!r}: must be {what}")
-    check_writable_dir(cfg.cache_dir, "cache_dir")
-
-
-@dataclass
-class Benchmark:
-    name: str
-    kind: str  # "math" | "wildbench"
-    problems: list[Problem]
-    n_samples: int
-
-
 def run_name(cfg: DictConfig) -> str:
     return str(cfg.name) if cfg.name else Path(str(cfg.ckpt).rstrip("/")).name
-
-
-def sampling_config(cfg: DictConfig) -> SamplingConfig:
-    s = cfg.sampling
-    return SamplingConfig(
-        temperature=float(s.temperature),
-        top_p=float(s.top_p),
-        top_k=int(s.top_k) if s.top_k else None,
-        max_tokens=int(s.max_tokens),
-        chat_template_kwargs=OmegaConf.to_container(s.chat_template_kwargs) or {},
-    )
-
-
-def load_benchmarks(cfg: DictConfig) -> list[Benchmark]:
-    out = []
-    for kind, n in (("math", cfg.sampling.n), ("wildbench", cfg.sampling.n_wildbench)):
-        for name in cfg.benchmarks[kind] or []:
-            problems = load_benchmark(benchmark_path(cfg.paths.data_dir, name), name, kind, cfg.limit)
-            out.append(Benchmark(str(name), kind, problems, int(n)))
-            log.info("%s (%s): %d problems x %d samples", name, kind, len(problems), int(n))
-    names = [b.name for b in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"a benchmark is listed twice: {names}")
-    if not out:
-        raise ValueError("no benchmarks: set benchmarks.math and/or benchmarks.wildbench")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -187,18 +135,27 @@ def build(node: DictConfig, *args: Any) -> Any:
 
 
 @contextlib.contextmanager
-def generator_for(cfg: DictConfig, sampling: SamplingConfig, run_dir: Path) -> Iterator[Generator]:
-    """The configured generator (conf/eval/generator/<choice>.yaml, built by `hydra.utils.instantiate`), closed
-    after the run (an `openai` generator with url=auto stops the vLLM server it started)."""
+def generators(cfg: DictConfig, run_dir: Path) -> Iterator[Callable[[SamplingConfig], Generator]]:
+    """`get(sampling)`: the configured generator (conf/eval/generator/<choice>.yaml, built by
+    `hydra.utils.instantiate` when first needed, so a fully cached run loads no model) with those sampling
+    settings; one generator serves every sampling setting of the plan. Closed after the run (an `openai`
+    generator with url=auto stops the vLLM server it started)."""
     from eval.generate import RunInfo
 
-    gen = build(
-        cfg.generator, str(cfg.ckpt), sampling, RunInfo(name=run_name(cfg), run_dir=run_dir, seed=int(cfg.seed))
-    )
+    held: list[Generator] = []
+
+    def get(sampling: SamplingConfig) -> Generator:
+        if not held:
+            info = RunInfo(name=run_name(cfg), run_dir=run_dir, seed=int(cfg.seed))
+            held.append(build(cfg.generator, str(cfg.ckpt), sampling, info))
+        held[0].sampling = sampling  # every back end samples with its `sampling` (eval/generate.py)
+        return held[0]
+
     try:
-        yield gen
+        yield get
     finally:
-        gen.close()
+        for gen in held:
+            gen.close()
 
 
 def checkpoint_cache_root(cache_dir: Path, name: str, ckpt: str) -> Path:
@@ -233,7 +190,7 @@ def _fresh(cached: dict[int, dict], i: int, text: str) -> dict | None:
 
 
 def generate_all(
-    cfg: DictConfig, benchmarks: list[Benchmark], cache: SampleCache, sampling: SamplingConfig, run_dir: Path
+    cfg: DictConfig, benchmarks: list[Benchmark], cache: SampleCache, generator: Callable[[], Generator]
 ) -> tuple[dict[tuple[str, str], dict[int, dict]], dict[tuple[str, str, int], str]]:
     """Every (benchmark, problem, sample) response: from the cache, else generated (and cached at once).
     Returns the records per problem and the failures by key."""
@@ -266,8 +223,7 @@ def generate_all(
         records[(bench, pid)][i] = record
         cache.put(bench, pid, prompt_hash[(bench, pid)], i, record)
 
-    with generator_for(cfg, sampling, run_dir) as generator:
-        generator.generate(pending, on_result)
+    generator().generate(pending, on_result)
     return records, failures
 
 
@@ -439,9 +395,10 @@ def score_benchmarks(
     judgements: dict[tuple[str, str, int], dict],
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """Per-benchmark summaries (math, wildbench) and one row per problem."""
+    """Per-benchmark summaries (math and code; wildbench) and one row per problem (code runs in `judgements`)."""
     from eval.grading import Grader, extract_answer
-    from eval.results import summarise_math, summarise_overall
+    from eval.metrics import benchmark_metrics
+    from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
     unclosed = bool(cfg.grading.answer_in_unclosed_think)  # the training rewards' switch of the same name
@@ -473,6 +430,8 @@ def score_benchmarks(
                         s["correct"] = verdict is not None and verdict.ok
                         # a math-verify timeout counts as incorrect: marked here, counted per benchmark
                         s["grader_timeout"] = verdict is not None and verdict.timed_out
+                    elif b.kind == "code":
+                        s.update(code_sample(judgements.get(key)))
                     else:
                         j = judgements.get(key, {"score": None, "failed": "not judged"})
                         s.update(judge_score=j["score"], judge_failed=j["failed"], empty=bool(j.get("empty")))
@@ -480,89 +439,18 @@ def score_benchmarks(
                     samples.append(s)
                 problem_summaries.append({"id": p.id, "samples": samples, "problem": p})
                 rows.append(problem_row(b, p, samples))
-            if b.kind == "math":
-                math_out[b.name] = summarise_math(b.name, problem_summaries, b.n_samples)
+            if b.kind in ("math", "code"):  # code: the same shape, plus its outcome counts
+                math_out[b.label] = summarise_math(b.label, problem_summaries, b.n_samples)
+                math_out[b.label] |= {"code_outcomes": code_outcomes(problem_summaries)} if b.kind == "code" else {}
+                correct = [[bool(s["correct"]) for s in p["samples"]] for p in problem_summaries]
+                math_out[b.label]["metrics"] = benchmark_metrics(correct, b.plan.metrics if b.plan else ["avg@k"])
             else:
-                wb_out[b.name] = summarise_wildbench(b, problem_summaries, base)
+                wb_out[b.label] = summarise_wildbench(b, problem_summaries, base)
     finally:
         grader.close()
     base_math = (base or {}).get("math")
     math_part = {"benchmarks": math_out, "overall": summarise_overall(math_out, base_math)} if math_out else None
     return math_part, ({"benchmarks": wb_out} if wb_out else None), rows
-
-
-def problem_row(b: Benchmark, p: Problem, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """One line of problems.jsonl / the W&B table: the problem's samples without their texts."""
-    from eval.results import mean
-
-    tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
-    srs = [s["structure"]["sr"] for s in samples if s.get("structure") and s["structure"].get("sr") is not None]
-    row: dict[str, Any] = {
-        "benchmark": b.name,
-        "problem_id": p.id,
-        "n_samples": len(samples),
-        "n_correct": None,
-        "avg": None,
-        "judge_score": None,
-        "n_judge_failed": None,
-        "mean_tokens": mean(tokens),
-        "n_truncated": sum(bool(s["truncated"]) for s in samples),
-        "mean_sr": mean(srs),
-        "answers": [s.get("answer") for s in samples] if b.kind == "math" else [],
-        "samples": [{k: v for k, v in s.items() if k != "text"} for s in samples],
-    }
-    if b.kind == "math":
-        row["n_correct"] = sum(bool(s["correct"]) for s in samples)
-        row["avg"] = 100.0 * row["n_correct"] / len(samples)
-    else:
-        scores = [s["judge_score"] for s in samples if s["judge_score"] is not None]
-        row["judge_score"] = mean(scores)
-        row["n_judge_failed"] = sum(1 for s in samples if s["judge_failed"])
-    return row
-
-
-def summarise_wildbench(b: Benchmark, problems: list[dict[str, Any]], base: dict | None) -> dict[str, Any]:
-    """Per-task score (mean of its judged responses), category scores, WB Score and its Δ% to the base."""
-    from eval.results import mean, structure_summary, table_delta_pct
-    from eval.wildbench import category_scores, task_categories, wb_score_macro
-
-    task_scores: dict[str, float] = {}
-    categories: dict[str, list[str]] = {}
-    samples = [s for p in problems for s in p["samples"]]
-    for p in problems:
-        info = p["problem"].extra_info
-        categories[p["id"]] = task_categories(info["primary_tag"], info.get("secondary_tags") or [])
-        scores = [s["judge_score"] for s in p["samples"] if s["judge_score"] is not None]
-        if scores:
-            task_scores[p["id"]] = sum(scores) / len(scores)
-    cats = category_scores(task_scores, categories)
-    out: dict[str, Any] = {
-        "benchmark": b.name,
-        "n_tasks": len(problems),
-        "n_samples": len(samples),
-        "n_judged": sum(1 for s in samples if s["judge_score"] is not None and not s["empty"]),
-        "n_empty": sum(1 for s in samples if s["empty"]),
-        "n_failed": sum(1 for s in samples if s["judge_failed"]),
-        "n_tasks_scored": len(task_scores),
-        "mean_score": mean(list(task_scores.values())),
-        "categories": cats,
-        "wb_score": None,
-        "wb_score_missing": None,
-        "delta_pct": None,
-        "mean_tokens": mean([s["n_tokens"] for s in samples if s.get("n_tokens") is not None]),
-        "truncation_rate": 100.0 * sum(bool(s["truncated"]) for s in samples) / len(samples),
-        "no_answer_rate": 100.0 * sum(bool(s["empty"]) for s in samples) / len(samples),
-        "generation_failures": sum(bool(s.get("generation_failed")) for s in samples),
-        "structure": structure_summary([s["structure"] for s in samples if s.get("structure") is not None]),
-    }
-    try:
-        out["wb_score"] = wb_score_macro(cats)
-    except ValueError as err:
-        out["wb_score_missing"] = str(err)
-    base_wb = ((base or {}).get("wildbench") or {}).get("benchmarks", {}).get(b.name, {}).get("wb_score")
-    if out["wb_score"] is not None and base_wb and round(base_wb, 2):
-        out["delta_pct"] = table_delta_pct(out["wb_score"], base_wb)
-    return out
 
 
 def lm_eval_stage(cfg: DictConfig, sampling: SamplingConfig) -> dict[str, Any] | None:
@@ -597,10 +485,12 @@ def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
 
 def run(cfg: DictConfig) -> int:
     """The whole evaluation; returns the exit code (0 complete, 3 incomplete)."""
-    from eval.results import load_base, log_wandb, markdown_report, write_results
+    from eval.results import load_base, log_wandb, markdown_report, protocol_math_part, write_results
     from sarl.runs import git_commit, versions
 
     check_eval_config(cfg)
+    plan = resolve_plan(cfg)
+    check_runnable(plan, cfg.paths.data_dir)
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
     run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
@@ -613,34 +503,47 @@ def run(cfg: DictConfig) -> int:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         meta = {"git_commit": git_commit(), "versions": versions(), "command": sys.argv, "started": started}
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=2))
-        log.info("evaluating %s -> %s", ckpt, run_dir)
+        log.info("evaluating %s by protocol %s -> %s", ckpt, plan.protocol, run_dir)
         base = load_base(cfg.base_results)
-        sampling = sampling_config(cfg)
-        benchmarks = load_benchmarks(cfg)
+        benchmarks = load_benchmarks(cfg, plan.entries)
         root = checkpoint_cache_root(Path(cfg.cache_dir), name, ckpt)
-        gen_identity = {**sampling.cache_identity(), "seed": int(cfg.seed)}
-        gen_root = root / f"gen-{stable_hash(gen_identity)}"
-        records, failures = generate_all(cfg, benchmarks, SampleCache(gen_root), sampling, run_dir)
-        texts = {(bn, pid, i): r["text"] for (bn, pid), recs in records.items() for i, r in recs.items()}
-        structure = structure_all(cfg, benchmarks, texts, gen_root)
-        judgements = judge_all(cfg, benchmarks, texts, gen_root, Path(cfg.cache_dir))
-        math_part, wb_part, rows = score_benchmarks(cfg, benchmarks, records, failures, structure, judgements, base)
-        lm = lm_eval_stage(cfg, sampling)
-        n_judge_failed = sum(s["n_failed"] for s in (wb_part or {}).get("benchmarks", {}).values())
+        math_parts, wb_out, rows, caches, n_failures = [], {}, [], [], 0
+        with generators(cfg, run_dir) as generator:
+            for sampling, entries in plan.groups():  # one pass per sampling setting (SARL: one)
+                group = [b for b in benchmarks if b.plan in entries]
+                gen_identity = {**sampling.cache_identity(), "seed": int(cfg.seed)}
+                gen_root = root / f"gen-{stable_hash(gen_identity)}"
+                caches.append(str(gen_root))
+                records, failures = generate_all(cfg, group, SampleCache(gen_root), lambda s=sampling: generator(s))
+                texts = {(bn, pid, i): r["text"] for (bn, pid), recs in records.items() for i, r in recs.items()}
+                structure = structure_all(cfg, group, texts, gen_root)
+                judgements = judge_all(cfg, group, texts, gen_root, Path(cfg.cache_dir))
+                judgements.update(run_code(cfg, group, texts, gen_root))  # code benchmarks: run their tests
+                math_g, wb_g, rows_g = score_benchmarks(cfg, group, records, failures, structure, judgements, base)
+                math_parts.append(math_g)
+                wb_out.update((wb_g or {}).get("benchmarks", {}))
+                rows += rows_g
+                n_failures += len(failures)
+        lm = lm_eval_stage(cfg, sampling_config(cfg))
+        n_judge_failed = sum(s["n_failed"] for s in wb_out.values())
         reasons = []
-        if failures:
-            reasons.append(f"{len(failures)} responses could not be generated")
+        if n_failures:
+            reasons.append(f"{n_failures} responses could not be generated")
         if n_judge_failed:
             reasons.append(f"{n_judge_failed} WildBench judgements failed")
+        if plan.protocol == "sarl":  # the sampling of SARL's one setting, as its results have always said
+            run_sampling = {**gen_identity, "n": int(cfg.sampling.n), "n_wildbench": int(cfg.sampling.n_wildbench)}
+        else:  # each benchmark's sampling is in results["protocol"]
+            run_sampling = {"seed": int(cfg.seed)}
         results = {
             "run": {
                 "name": name,
                 "ckpt": ckpt,
                 "run_dir": str(run_dir),
-                "cache": str(gen_root),
+                "cache": caches[0] if len(caches) == 1 else caches,
                 "started": started,
                 "finished": dt.datetime.now().isoformat(timespec="seconds"),
-                "sampling": {**gen_identity, "n": int(cfg.sampling.n), "n_wildbench": int(cfg.sampling.n_wildbench)},
+                "sampling": run_sampling,
                 "backend": generator_name(cfg),
                 "limit": cfg.limit,
                 "base_results": str(cfg.base_results) if cfg.base_results else None,
@@ -648,9 +551,10 @@ def run(cfg: DictConfig) -> int:
             },
             "complete": not reasons,
             "incomplete_reason": "; ".join(reasons) or None,
-            "math": math_part,
-            "wildbench": wb_part,
+            "math": protocol_math_part(math_parts, plan.to_dict(), base),
+            "wildbench": {"benchmarks": wb_out} if wb_out else None,
             "lm_eval": lm,
+            "protocol": plan.to_dict(),
         }
         markdown = markdown_report(results, base)
         write_results(run_dir, results, rows, markdown)
@@ -673,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = compose_eval_config(argv)
+        if cfg.dry_run:  # the resolved plan; no checkpoint needed
+            sys.stdout.write(format_plan(resolve_plan(cfg), cfg.paths.data_dir))
+            return 0
         if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
             from slurm.launcher import dispatch
 

@@ -10,15 +10,20 @@
 
 math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
 with math-verify's timeouts disabled inside a persistent worker process (`eval.grading.grader`,
-`eval.grading.worker`); a check that does not answer within `timeout_s` kills the worker, which is replaced
-on the next check. A timeout counts as "not equivalent", is logged, and is counted in `stats()["timeouts"]`;
-an answer beyond `MAX_ANSWER_CHARS` or `MAX_BRACE_DEPTH` never reaches the worker (`stats()["rejected"]`).
+`eval.grading.worker`). An answer beyond `MAX_ANSWER_CHARS` or `MAX_BRACE_DEPTH` never reaches the worker
+(`stats()["rejected"]`); nor does one whose pre-parse cost estimate (`eval.grading.cost`) finds an
+astronomically large number, and one with an expensive feature is stopped inside the worker after
+`DEFAULT_BUDGET_S` (both `stats()["budget_exceeded"]`); a check that does not answer within `timeout_s` kills
+the worker, which is replaced on the next check (`stats()["timeouts"]`). Each counts as "not equivalent" and
+is logged (docs/grading.md "Bounded cost").
 Model text is only ever handed to math-verify's parser, never to Python's `eval`.
 """
 
+from eval.grading.cost import Cost, estimate_cost
 from eval.grading.extract import extract_answer, extract_answers, strip_thinking
 from eval.grading.gold import gold_answers, validate_gold, validate_gold_rows
 from eval.grading.grader import (
+    DEFAULT_BUDGET_S,
     DEFAULT_TIMEOUT_S,
     MAX_ANSWER_CHARS,
     MAX_BRACE_DEPTH,
@@ -33,15 +38,18 @@ from eval.grading.grader import (
 from eval.grading.scores import avg_at_k
 
 __all__ = [
+    "DEFAULT_BUDGET_S",
     "DEFAULT_TIMEOUT_S",
     "MAX_ANSWER_CHARS",
     "MAX_BRACE_DEPTH",
+    "Cost",
     "Grader",
     "Verdict",
     "avg_at_k",
     "configure",
     "default_grader",
     "equivalence_classes",
+    "estimate_cost",
     "extract_answer",
     "extract_answers",
     "gold_answers",

@@ -33,7 +33,9 @@ def validate_gold(gold: Any, *, grader: Grader | None = None) -> list[str]:
         verdict = grader.parses(answer)
         if not verdict.ok:
             why = "math-verify extracts nothing from it"
-            if verdict.timed_out:
+            if verdict.budget_exceeded:
+                why = "its grading cost is over the budget, docs/grading.md"
+            elif verdict.timed_out:
                 why = "math-verify timed out on it"
             elif verdict.rejected:
                 why = "it is beyond the grading size limits, docs/grading.md"

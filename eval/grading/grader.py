@@ -1,10 +1,19 @@
-"""math-verify behind a process-level timeout (`Grader`), and the module-level API on a shared default grader.
+"""math-verify behind a cost bound and a process-level timeout (`Grader`), and the module-level API on a
+shared default grader.
 
-math-verify's own timeout uses `signal.alarm`, which fails off the main thread. Every check therefore runs
-with math-verify's timeouts disabled inside a persistent worker process (`python -c`, pipes, one JSON line
-per request; `eval.grading.worker`); a check that does not answer within `timeout_s` kills the worker, which
-is replaced on the next check. A timeout counts as "not equivalent", is logged, and is counted in
-`stats()["timeouts"]`. Model text is only ever handed to math-verify's parser, never to Python's `eval`.
+math-verify's own timeout uses `signal.alarm`, which fails off the main thread and counts whole seconds.
+Every check therefore runs with math-verify's timeouts disabled inside a persistent worker process
+(`python -c`, pipes, one JSON line per request; `eval.grading.worker`). The cost is bounded in three layers
+(docs/grading.md, "Bounded cost"):
+
+1. the pre-parse cost estimate (`eval.grading.cost`): an answer that denotes a number of over
+   `HOPELESS_DIGITS` digits never reaches the worker; one with an expensive feature gets a budget;
+2. the budget: the worker stops such a check after `budget_s` seconds (an interval timer in its main
+   thread), and stays up;
+3. the timeout: a check that does not answer within `timeout_s` kills the worker (replaced on the next check).
+
+Each counts as "not equivalent", is logged, and is counted in `stats()` (`budget_exceeded`, `timeouts`).
+Model text is only ever handed to math-verify's parser, never to Python's `eval`.
 """
 
 from __future__ import annotations
@@ -25,9 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from eval.grading.cost import EXPENSIVE, HOPELESS, Cost, estimate_cost
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
+# Seconds for a check with an expensive feature (eval.grading.cost); ordinary checks are not budgeted
+# (math-verify needs up to about 0.5 s on a few real answers: relations, \left( pairs, sums; docs/grading.md)
+DEFAULT_BUDGET_S = 0.02  # the answer's cost is this plus its longest step in C: under 50 ms measured
 # Answers beyond these never reach math-verify (rejected as "not equivalent", counted in stats()["rejected"]).
 # The gold answers of AIME 2024/2025, AMC 2023, MATH-500, Minerva Math and OlympiadBench are at most 210
 # characters long and nest braces at most 3 deep (docs/grading.md).
@@ -87,27 +101,31 @@ def _canonical_integer(s: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of a check: `ok` (equivalent / parses), whether it timed out and whether an answer was
-    rejected for its size before math-verify saw it (either makes one check's `ok` False; `check_any`
-    reports them for the checks before the gold that matched)."""
+    """Outcome of a check: `ok` (equivalent / parses), whether it got no verdict in time (`timed_out`: the
+    timeout, or the cost bound, which also sets `budget_exceeded`) and whether an answer was rejected for its
+    size before math-verify saw it (each makes one check's `ok` False; `check_any` reports them for the
+    checks before the gold that matched)."""
 
     ok: bool
     timed_out: bool = False
     rejected: bool = False
+    budget_exceeded: bool = False
 
 
 class Grader:
-    """math-verify behind a process-level timeout, with an LRU cache and a fast path for plain answers.
+    """math-verify behind a cost bound and a process-level timeout, with an LRU cache and a fast path.
 
     Thread-safe: checks from several threads are serialised on one worker. After a fork, the child starts
-    its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts,
-    worker errors, worker starts and answers rejected for their size (`rejected`: longer than
-    `max_answer_chars` or braces nested deeper than `max_brace_depth`, after normalisation).
+    its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts (the
+    worker killed), checks over the cost bound (`budget_exceeded`: the estimate or `budget_s`), worker
+    errors, worker starts and answers rejected for their size (`rejected`: longer than `max_answer_chars`
+    or braces nested deeper than `max_brace_depth`, after normalisation).
     """
 
     def __init__(
         self,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        budget_s: float = DEFAULT_BUDGET_S,
         cache_size: int = 1 << 16,
         startup_timeout_s: float = 120.0,
         max_answer_chars: int = MAX_ANSWER_CHARS,
@@ -115,7 +133,10 @@ class Grader:
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if budget_s <= 0:
+            raise ValueError(f"budget_s must be > 0, got {budget_s}")
         self.timeout_s = float(timeout_s)
+        self.budget_s = float(budget_s)
         self.max_answer_chars = int(max_answer_chars)
         self.max_brace_depth = int(max_brace_depth)
         self.cache_size = int(cache_size)
@@ -148,10 +169,13 @@ class Grader:
             if pi is not None and gi is not None:
                 self.counts["fast_path"] += 1
                 return Verdict(pi == gi)
-            if p == g:
+            if p == g:  # also a pathological answer written exactly as its gold
                 self.counts["fast_path"] += 1
                 return Verdict(True)
-            return self._cached(("verify", g, p), {"op": "verify", "gold": g, "pred": p})
+            cost = max(estimate_cost(p), estimate_cost(g), key=lambda c: c.level)
+            if cost.level == HOPELESS:
+                return self._over_budget(cost.reason, g, p)
+            return self._cached(("verify", g, p), self._request(cost, op="verify", gold=g, pred=p))
 
     def check_any(self, pred: str, golds: Sequence[str]) -> Verdict:
         """`check` against each accepted gold answer until one matches: `ok` if one does; `timed_out` /
@@ -172,7 +196,10 @@ class Grader:
             return Verdict(False)
         if self._rejected(s):
             return Verdict(False, rejected=True)
-        return self._cached(("parses", s, ""), {"op": "parses", "text": s})
+        cost = estimate_cost(s)
+        if cost.level == HOPELESS:
+            return self._over_budget(cost.reason, s)
+        return self._cached(("parses", s, ""), self._request(cost, op="parses", text=s))
 
     def classes(self, answers: Sequence[str | None]) -> tuple[list[int | None], list[str]]:
         """Equivalence classes of `answers` and one representative per class.
@@ -209,7 +236,16 @@ class Grader:
         with self._lock:
             self._kill()
 
-    # -- size limits, cache and worker -------------------------------------------------------------------
+    # -- size limits, cost bound, cache and worker -------------------------------------------------------
+
+    def _request(self, cost: Cost, **payload: str) -> dict[str, Any]:
+        """The worker request; a check with an expensive feature carries the budget."""
+        return {**payload, "budget_s": self.budget_s} if cost.level == EXPENSIVE else payload
+
+    def _over_budget(self, why: str, *answers: str) -> Verdict:
+        self.counts["budget_exceeded"] += 1
+        log.warning("grading budget exceeded (%s) on %s; counted as not equivalent", why, _short_texts(answers))
+        return Verdict(False, timed_out=True, budget_exceeded=True)
 
     def _rejected(self, answer: str) -> bool:
         """Is `answer` beyond the size limits? Counted and logged; the length is checked first, so the depth
@@ -260,6 +296,8 @@ class Grader:
             )
             self._kill()
             return Verdict(False, timed_out=True)
+        if reply.get("budget_exceeded"):
+            return self._over_budget(f"over {1e3 * self.budget_s:.0f} ms", *_texts(payload))
         if "error" in reply:
             self.counts["worker_errors"] += 1
             log.warning("math-verify raised %s on %s; counted as not equivalent", reply["error"], _short(payload))
@@ -336,8 +374,16 @@ class Grader:
         self._buf = b""
 
 
-def _short(payload: Mapping[str, str]) -> str:
-    return ", ".join(f"{k}={v[:200]!r}" for k, v in payload.items() if k != "op")
+def _texts(payload: Mapping[str, Any]) -> list[str]:
+    return [v for k, v in payload.items() if k in ("gold", "pred", "text")]
+
+
+def _short_texts(texts: Sequence[str]) -> str:
+    return " vs ".join(repr(t[:200]) for t in texts)
+
+
+def _short(payload: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v[:200]!r}" for k, v in payload.items() if k in ("gold", "pred", "text"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -357,13 +403,15 @@ def default_grader() -> Grader:
         return _default
 
 
-def configure(timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16) -> Grader:
+def configure(
+    timeout_s: float = DEFAULT_TIMEOUT_S, cache_size: int = 1 << 16, budget_s: float = DEFAULT_BUDGET_S
+) -> Grader:
     """Replace the default grader (e.g. a 1 s timeout in tests); returns the new one."""
     global _default
     with _default_lock:
         if _default is not None:
             _default.close()
-        _default = Grader(timeout_s=timeout_s, cache_size=cache_size)
+        _default = Grader(timeout_s=timeout_s, budget_s=budget_s, cache_size=cache_size)
         return _default
 
 
@@ -378,8 +426,8 @@ def is_equivalent(pred: str, gold: str, *, grader: Grader | None = None) -> bool
 
     The gold is wrapped in `\\boxed{}` (or `$...$`) so it parses; "016" equals "16"; `\\frac12`,
     `\\dfrac{1}{2}`, `1/2` and `0.5` are equal; `\\text{}`/`\\mbox{}` wrappers and units are dropped.
-    A timeout, or an answer beyond the size limits, is False (counted in `stats()`; `Grader.check` returns
-    the `Verdict` that says which; docs/grading.md).
+    A timeout, a check over the cost bound, or an answer beyond the size limits, is False (counted in
+    `stats()`; `Grader.check` returns the `Verdict` that says which; docs/grading.md).
     """
     return (grader or default_grader()).check(pred, gold).ok
 
@@ -390,5 +438,6 @@ def equivalence_classes(answers: list[str | None], *, grader: Grader | None = No
 
 
 def stats() -> dict[str, int]:
-    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, rejected, ..."""
+    """Counters of the default grader: checks, fast_path, cache_hits, worker_calls, timeouts, budget_exceeded,
+    rejected, ..."""
     return default_grader().stats()

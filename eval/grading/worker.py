@@ -1,5 +1,10 @@
 """The math-verify worker process: `Grader` starts `python -c` that loads this file by its path and runs
-`_worker_main`. It imports math-verify and the standard library, never the caller's code."""
+`_worker_main`. It imports math-verify and the standard library, never the caller's code.
+
+A request may carry `budget_s`: the check then runs under an interval timer (`ITIMER_REAL`, wall-clock
+seconds, in the worker's main thread; math-verify's own `signal.alarm` counts whole seconds only). When it
+fires, the check stops with `BudgetExceeded`, the reply says `budget_exceeded`, and the worker serves on.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,33 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 from collections import OrderedDict
 from typing import Any
 
 _WORKER_PARSE_CACHE = 4096
+_REFIRE_S = 0.005  # the timer fires again every 5 ms until disarmed, in case library code swallowed it
+
+
+class BudgetExceeded(BaseException):
+    """Raised by the budget timer; a BaseException, so math-verify's `except Exception` lets it through."""
+
+
+def _on_budget(signum: int, frame: Any) -> None:
+    raise BudgetExceeded
+
+
+def _within_budget(budget_s: float | None, work: Any) -> Any:
+    """`work()` under a wall-clock budget (None: unbudgeted); BudgetExceeded when it runs out."""
+    if budget_s is None:
+        return work()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, budget_s, _REFIRE_S)
+        return work()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
 
 _TEXT_NUMBER = re.compile(r"\\(?:text|mbox|textbf|textrm|mathrm)\{\s*([+-]?\d[\d,.]*)\s*([^{}]*)\}")
 # a trailing percent sign, or the words math-verify reads as one ("28 percent", "28 pct", "\text{percentage}")
@@ -65,6 +92,7 @@ def _worker_main() -> None:
     except Exception as err:  # reported to the parent, which raises with this reason
         send({"ready": False, "error": f"cannot import math_verify: {type(err).__name__}: {err}"})
         return
+    signal.signal(signal.SIGALRM, _on_budget)
     send({"ready": True})
     latex_only = [LatexExtractionConfig()]
 
@@ -83,17 +111,20 @@ def _worker_main() -> None:
             cache.popitem(last=False)
         return result
 
+    def check(request: dict[str, Any]) -> bool:
+        if request["op"] == "verify":
+            gold, pred = parsed(request["gold"]), parsed(request["pred"])
+            # math-verify: verify(gold, target), gold first; timeouts off, the parent enforces its own
+            return bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
+        if request["op"] == "parses":  # a sympy object, not only math-verify's raw-string fallback
+            return any(not isinstance(r, str) for r in parsed(request["text"]))
+        raise ValueError(f"unknown op {request['op']!r}")
+
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            if request["op"] == "verify":
-                gold, pred = parsed(request["gold"]), parsed(request["pred"])
-                # math-verify: verify(gold, target), gold first; timeouts off, the parent enforces its own
-                result = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
-            elif request["op"] == "parses":  # a sympy object, not only math-verify's raw-string fallback
-                result = any(not isinstance(r, str) for r in parsed(request["text"]))
-            else:
-                raise ValueError(f"unknown op {request['op']!r}")
-            send({"result": result})
+            send({"result": _within_budget(request.get("budget_s"), lambda: check(request))})
+        except BudgetExceeded:
+            send({"budget_exceeded": True})
         except Exception as err:
             send({"error": f"{type(err).__name__}: {err}"})

@@ -12,7 +12,7 @@ from rich.console import Console
 from sarl.bench.common import machine, print_machine, thread_settings
 from sarl.errors import UserError, report_user_errors
 
-SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect")
+SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec")
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
@@ -46,6 +46,10 @@ def run(cfg: DictConfig, console: Console, out_dir: Path | None = None) -> dict:
             from sarl.bench.embed_http import run_embed_http
 
             result = run_embed_http(section, console)
+        elif cfg.suite == "code_exec":
+            from sarl.bench.code_exec import run_code_exec
+
+            result = run_code_exec(section, console)
         elif cfg.suite == "smoke_effect":
             from sarl.bench.smoke_effect import run_smoke_effect
 

@@ -233,7 +233,8 @@ def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
 
 def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps, drop_invalid: bool) -> Built:
     """Math problems: prompt = question + `prompt_suffix` (SARL App. B.1: "Let's think step by step and output
-    the final answer within \\boxed{}."), ground truth = the normalised accepted answers, validated by
+    the final answer within \\boxed{}."), after a system turn `system_prompt` where one is set (EVOL-RL App. C.3:
+    SimpleRL-Zoo's system prompt), ground truth = the normalised accepted answers, validated by
     math-verify through `eval.grading`. `answers.fixes` (id -> answer) replaces a source's gold written in a
     notation math-verify cannot read; each fix is recorded in the manifest."""
     name, split, fields = cfg["name"], cfg["split"], cfg["fields"]
@@ -271,12 +272,13 @@ def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps,
     steps("gold answers parse (eval.grading, math-verify)", len(kept))
     settle(name, problems, drop_invalid)
     prompt_of = math_prompt(cfg)
+    system = [{"role": "system", "content": cfg["system_prompt"]}] if cfg.get("system_prompt") else []
     records = [
         record(
             name,
             split,
             "math",
-            [{"role": "user", "content": prompt_of(c["question"].strip(), str(c["id"]))}],
+            [*system, {"role": "user", "content": prompt_of(c["question"].strip(), str(c["id"]))}],
             c["answers"],
             {"index": c["index"], "id": c["id"], **extras(c["row"], fields)},
         )

@@ -31,6 +31,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from sarl.data import benchmark_sets, code_sets, stratify  # noqa: F401  (their builders register themselves in BUILDERS)
 from sarl.data.build import BUILDERS, Built, DataValidationError, Steps, trl_record
 from sarl.data.sources import DataSourceError, load_rows, sha256_file
 from sarl.data.writers import write_json, write_jsonl, write_parquet
@@ -123,7 +124,18 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     return manifest
 
 
-PREP_KEYS = ("split", "source", "fields", "answers", "prompt_suffix", "filters", "val")
+PREP_KEYS = (
+    "split",
+    "source",
+    "fields",
+    "answers",
+    "prompt_suffix",
+    "system_prompt",
+    "filters",
+    "val",
+    "code_format",
+    "verify",
+)
 
 
 def _files(data_dir: Path, **paths: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@
       revision: null            # a branch, tag or commit; a commit pins the data
       split: test
       local_file: null          # a local copy instead: .csv, .json (array or lines), .jsonl, .parquet
+      data_files: null          # optional: files of the dataset to read (e.g. `hf_id: json` with hf:// paths)
 
 A local file wins over the hub id. Rows come back as plain dicts; CSV cells are strings exactly as written
 (an answer "080" stays "080" until the answer normaliser sees it). The record that goes into the manifest
@@ -62,10 +63,12 @@ def load_hub(name: str, source: Mapping[str, Any]) -> Loaded:
     import datasets
 
     hf_id, hf_config, split, revision = (source.get(k) for k in ("hf_id", "hf_config", "split", "revision"))
+    files = source.get("data_files")
     where = f"'{hf_id}'" + (f" (config {hf_config!r})" if hf_config else "") + f", split {split!r}"
+    where += f", files {list(files)}" if files else ""
     log.info("%s: loading %s from the Hugging Face Hub (or its local cache)", name, where)
     try:
-        ds = datasets.load_dataset(hf_id, hf_config, split=split, revision=revision)
+        ds = datasets.load_dataset(hf_id, hf_config, split=split, revision=revision, data_files=files)
     except Exception as err:  # offline, unknown id, gated, network: all end in the same advice
         raise DataSourceError(
             f"dataset '{name}': cannot load {where} from the Hugging Face Hub, and it is not in the local cache "
@@ -78,6 +81,7 @@ def load_hub(name: str, source: Mapping[str, Any]) -> Loaded:
         "hf_config": hf_config,
         "split": split,
         "revision": revision or "default branch (not pinned)",
+        "data_files": list(files) if files else None,
         "fingerprint": getattr(ds, "_fingerprint", None),
         "rows": len(ds),
     }

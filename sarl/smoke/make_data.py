@@ -8,6 +8,12 @@ number and kind of steps on purpose (plans, partial results, checks, recomputati
 conclusions), so that a policy warm-started on them writes reasoning whose structure, and
 hence whose structure reward, differs from sample to sample. Seeded: the output is the same
 on every run.
+
+The same traces are also written in the two other output formats the project's rewards read, for the tiny
+policies that `backend=verl_cpu` gives the rows whose rewards need them (conf/model/tiny_qwen3_tagged.yaml,
+tiny_qwen3_graph.yaml): `traces_tagged.jsonl`, each step opened by one of its prompt's tags under Structured
+Reasoning's tagged-step prompt (App. A.14, the tag set drawn per trace as App. A.4 draws it), and
+`traces_graph.jsonl`, the steps as GRP's graph blocks (baselines.grp's serialisation) under the plain prompt.
 """
 
 from __future__ import annotations
@@ -101,6 +107,109 @@ def trace(rng: random.Random) -> dict:
     }
 
 
+# A step's kind, from how `_steps` words it: what tag (tagged format) and graph label (GRP format) it gets.
+STEP_KINDS = (
+    ("split", ("Split ",)),
+    ("partial", ("The tens give", "The ones give", "First, ", "Next, ")),
+    ("combine", ("Combining:", "Adding the parts:")),
+    ("recompute", ("Wait, ", "Hmm, ")),
+    ("check", ("Check: ",)),
+    ("conclude", ("So the answer", "Therefore ")),
+)
+# kind -> (preferred tag, tag when the preferred one is not in the prompt's set); the fallbacks are among
+# Structured Reasoning's top 5 tags (baselines.structured_prompt.TOP_TAGS), which every drawn set holds
+TAG_OF_KIND = {
+    "plan": ("rephrase", "decompose"),
+    "split": ("decompose", "decompose"),
+    "partial": ("formalize", "formalize"),
+    "combine": ("inference", "formalize"),
+    "recompute": ("verify", "verify"),
+    "check": ("verify", "verify"),
+    "conclude": ("summarize", "summarize"),
+}
+
+
+def step_kind(step: str, first: bool) -> str:
+    for kind, starts in STEP_KINDS:
+        if step.startswith(starts):
+            return kind
+    if first:
+        return "plan"
+    raise ValueError(f"a smoke step of no known kind: {step!r}")
+
+
+def think_steps(completion: str) -> tuple[list[str], str]:
+    """The blank-line separated steps inside a trace's `<think>` block and the final answer's value."""
+    think = completion.split("<think>\n", 1)[1].split("\n</think>", 1)[0]
+    value = re.search(r"\\boxed\{([^}]*)\}", completion).group(1)
+    return think.split("\n\n"), value
+
+
+def tagged_trace(row: dict, key: str, seed: int = 0) -> dict:
+    """`row` (a `trace`) under the tagged-step prompt with its own tag set, each step opened by a tag of that set."""
+    from baselines.structured_prompt import randomized_prompt, tags_of_prompt
+
+    question = row["prompt"][0]["content"]
+    prompt = randomized_prompt(question, seed=seed, key=key)
+    allowed = set(tags_of_prompt(prompt))
+    steps, value = think_steps(row["completion"][0]["content"])
+    lines = []
+    for i, step in enumerate(steps):
+        preferred, fallback = TAG_OF_KIND[step_kind(step, i == 0)]
+        lines.append(f"<{preferred if preferred in allowed else fallback}> {step}")
+    response = "<think>\n" + "\n".join(lines) + "\n</think>\n\nThe answer is \\boxed{" + value + "}."
+    return {**row, "prompt": [{"role": "user", "content": prompt}], "completion": [_assistant(response)]}
+
+
+def graph_trace(row: dict) -> dict:
+    """`row` (a `trace`) with its steps as GRP graph nodes: the question known, the partial results generated
+    from it, a combination aggregating its parts, checks reflecting on it, the conclusion last (the answer)."""
+    a, op, b = operation(row)
+    steps, value = think_steps(row["completion"][0]["content"])
+    nodes: list[tuple[str, list[int], str]] = [("known", [], f"{a} {op} {b}")]
+    parts: list[int] = []
+    last = split = 1
+    for i, step in enumerate(steps):
+        kind, text = step_kind(step, i == 0), _terse(step)
+        if kind == "plan":  # the question is node 1
+            continue
+        if kind == "split":
+            nodes.append(("generate", [1], text))
+            split = len(nodes)
+        elif kind == "partial":
+            nodes.append(("generate", [split], text))
+            parts.append(len(nodes))
+        elif kind == "combine":
+            nodes.append(("aggregate", parts[-2:], text) if len(parts) > 1 else ("generate", [1], text))
+        elif kind in ("recompute", "check"):
+            nodes.append(("reflect", [last], text))
+        else:
+            nodes.append(("aggregate", sorted({1, last}) if last != 1 else [1, split], text))
+        last = len(nodes)
+    lines, label = [], None
+    for i, (kind, parents, content) in enumerate(nodes, start=1):
+        if not kind == label == "known":  # one node per block: GRP Eq. 3 (density) and Eq. 6 (parallelism) hold
+            if label is not None:
+                lines.append(f"</{label}>")
+            lines.append(f"<{kind}>")
+            label = kind
+        lines.append(json.dumps({"id": i, "parents_id": parents, "content": content}))
+    lines.append(f"</{label}>")
+    response = "<think>\n" + "\n".join(lines) + "\n</think>\n<answer>\\boxed{" + value + "}</answer>"
+    return {**row, "completion": [_assistant(response)]}
+
+
+def _terse(step: str) -> str:
+    """A step's words from its first number on ("The tens give 60 - 10 = 50." -> "60 - 10 = 50."): graph nodes
+    hold the computation, which keeps the graph traces short enough for the tiny policy's context."""
+    digit = re.search(r"\d", step)
+    return step[digit.start() :] if digit else step
+
+
+def _assistant(content: str) -> dict:
+    return {"role": "assistant", "content": content}
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
@@ -168,6 +277,8 @@ def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, n_heldout:
     write_jsonl(DATA_DIR / "train.trl.jsonl", prompts)
     write_jsonl(DATA_DIR / "dpo.jsonl", pairs)
     write_jsonl(DATA_DIR / "heldout.trl.jsonl", heldout)
+    write_jsonl(DATA_DIR / "traces_tagged.jsonl", [tagged_trace(t, f"trace-{i}") for i, t in enumerate(traces)])
+    write_jsonl(DATA_DIR / "traces_graph.jsonl", [graph_trace(t) for t in traces])
     counts = f"{len(traces)} traces, {len(prompts)} prompts, {len(pairs)} pairs, {len(heldout)} held-out prompts"
     print(f"wrote {counts} to {DATA_DIR}")
 

@@ -27,6 +27,8 @@ EXPECTED = {
     "lcs": {"lcs_weight": 1.0, "format_weight": 1.0},  # Structured Reasoning App. A.4.4
     "maxflow": {"tau": 0.05, "maxflow_weight": 2.0, "format_weight": 1.0},  # Structured Reasoning Sec. 4.3, A.4.4
     "lcs_maxflow": {"weights": {"maxflow": 1.0, "lcs": 1.0}},  # Structured Reasoning Table 11: FLOW:LCS 1:1
+    "code_exec": {"mode": "all_pass"},  # GRP Eq. 14: a binary r_acc (decisions §8)
+    "grp_code": {"outcome": "code_exec", "combine": "sum"},  # GRP on code: r_acc the execution outcome (decisions §4)
 }
 
 
@@ -68,6 +70,14 @@ def test_every_reward_config_instantiates(name, five_layer_checkpoint):
         assert getattr(reward, key) == value, key
     if "embedder" in cfg and cfg.embedder is not None:
         assert type(reward.embedder).__name__ == "TableEmbedder"
+
+
+def test_joint_weighs_flow_and_lcs_one_to_one_with_the_format_score_once(five_layer_checkpoint):
+    """Structured Reasoning Table 11, FLOW:LCS 1:1: score = 1 * r_maxflow + 1 * r_lcs + 1 * format (decisions §5)."""
+    joint = instantiate(reward_config("lcs_maxflow", model_dir=five_layer_checkpoint))
+    flow, lcs = joint.components["maxflow"], joint.components["lcs"]
+    assert joint.weights["maxflow"] * flow.maxflow_weight == joint.weights["lcs"] * lcs.lcs_weight == 1.0
+    assert joint.weights["maxflow"] * flow.format_weight + joint.weights["lcs"] * lcs.format_weight == 1.0
 
 
 def test_expectations_name_existing_reward_configs():

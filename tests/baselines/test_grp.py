@@ -25,6 +25,7 @@ from baselines.grp import (
     unpack_scae,
 )
 from sarl.interface import Reward, RolloutBatch
+from sarl.token_count import TokenCounter
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -171,6 +172,34 @@ def test_rewards_of_a_flawed_graph():
     assert r["dangling_parents"] == 1 and r["repeated_parents"] == 1 and r["n_edges"] == 5
     w = {"R_fmt": 0.5, "R_conn": 0.5, "R_ers": 0.0, "R_reach": 0.0, "R_rev": 0.0}
     assert r_graph(r, w) == pytest.approx(0.5 * r["R_fmt"] + 0.25)
+
+
+class CharTokenizer:
+    """One token per character: a tokenizer whose counts differ from whitespace words."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(range(len(text)))}
+
+
+def test_ers_ratio_counts_the_policys_tokens():
+    """GRP Eq. (9): I(v) is a token count. Characters here: nodes 10, 9, 17, 5; the ERS (1, 3, 4) holds 10+17+5
+    of 41 (in whitespace words it would be 15 of 20)."""
+    r = graph_rewards(parse_graph(VALID), TokenCounter(CharTokenizer()))
+    assert r["R_ers"] == pytest.approx(32 / 41)
+    reward = GRPReward(tokenizer=CharTokenizer())
+    assert reward.count_tokens("x + y = 10") == 10
+
+
+def test_rows_count_tokens_with_their_policys_tokenizer():
+    """conf/reward/grp.yaml: the tokenizer is the row's model (in a pipeline, the SFT checkpoint the RL stage
+    starts from); without a model group (sarl.score) whitespace words."""
+    from sarl.train import compose_train_config
+
+    assert compose_train_config(["+exp=grp_math_paper"])[0].reward.tokenizer == "Qwen/Qwen3-4B-Base"
+    ckpt = compose_train_config(["+exp=grpo_grp_math", "model.path=/ckpt/sft"])[0]
+    assert ckpt.reward.tokenizer == "/ckpt/sft"
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        assert compose(config_name="score", overrides=["reward=grp"]).reward.tokenizer is None
 
 
 def test_a_cycle_zeroes_topology_and_reachability():

@@ -226,12 +226,43 @@ def test_step_lengths_in_tokenizer_tokens(grader, byte_tokenizer):
     assert [o.score for o in outs] == pytest.approx(lcs_rewards([p.tag_sequence for p in parsed], lengths, [1, 1]))
 
 
+class CharTokenizer:
+    """One token per character: a tokenizer whose counts differ from whitespace words."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(range(len(text)))}
+
+
+def test_step_lengths_are_tokens_not_words(grader):
+    """Structured Reasoning Sec. 4.3: l_ik are token lengths. Characters: a = (5, 6), b = (10, 2), both correct.
+    a: ratios 1 - 5/20 = 3/4 and 2/12 = 1/6, L_lcs = 3/4*5 + 1/6*6 = 4.75 of 11; b: 5/20 and 1 - 2/12,
+    L_lcs = 2.5 + 5/3 of 12. In words (2, 1) and (1, 1) the rewards would be 1/3 and 5/8."""
+    a = "<think><verify> ab cd <summarize> efghij</think> \\boxed{2}"
+    b = "<think><verify> abcdefghij <summarize> xy</think> \\boxed{2}"
+    batch = RolloutBatch(prompts=["Q"] * 2, responses=[a, b], ground_truths=["2"] * 2, group_ids=["g"] * 2)
+    chars = LCSReward(tokenizer=CharTokenizer(), format_weight=0.0, grader=grader)(batch)
+    assert [o.score for o in chars] == pytest.approx([4.75 / 11, (2.5 + 5 / 3) / 12])
+    words = LCSReward(tokenizer=None, format_weight=0.0, grader=grader)(batch)
+    assert [o.score for o in words] == pytest.approx([1 / 3, 5 / 8])
+
+
+def test_rows_count_step_lengths_with_their_policys_tokenizer():
+    """conf/reward/lcs.yaml: the row's model (the SFT checkpoint in a pipeline's RL stage), in JOINT too."""
+    from sarl.train import compose_train_config
+
+    r1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    assert compose_train_config(["+exp=lcs_paper"])[0].reward.tokenizer == r1
+    assert compose_train_config(["+exp=lcs_maxflow_paper"])[0].reward.components.lcs.tokenizer == r1
+    assert compose_train_config(["+exp=grpo_lcs_math", "model.path=/ckpt"])[0].reward.tokenizer == "/ckpt"
+
+
 def test_lcs_config_instantiates():
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="score", overrides=["reward=lcs"]).reward
     reward = instantiate(cfg)
     assert isinstance(reward, LCSReward) and isinstance(reward, Reward) and LCSReward.group_reward
-    assert reward.lcs_weight == 1.0 and reward.format_weight == 1.0 and reward.count_tokens.name == "whitespace words"
+    assert reward.lcs_weight == 1.0 and reward.format_weight == 1.0
+    assert reward.count_tokens.name == "whitespace words"  # no model group (sarl.score)
 
 
 # ------------------------------------------------------------------------------------------- backends

@@ -27,7 +27,7 @@ def reward_config(name, model_path):
 
 
 def test_every_reward_config_is_tested():
-    assert len(REWARDS) >= 12 and {"sarl", "ground_truth", "ttrl", "lcs_maxflow"} <= set(REWARDS)
+    assert len(REWARDS) >= 12 and {"sarl", "ground_truth", "ttrl", "lcs_maxflow", "code_exec"} <= set(REWARDS)
 
 
 @pytest.mark.parametrize("name", REWARDS)

@@ -19,7 +19,10 @@ from eval_helpers import (
 )
 
 from eval import run as eval_run
+from eval.data import load_benchmark
 from eval.generate import TransformersGenerator
+from eval.protocol import Benchmark, sampling_config
+from sarl.errors import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -253,11 +256,9 @@ def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = eval_run.compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
     pending = {("toy_wildbench", "wb-1", 0): "<think>x</think> an answer to judge"}
-    problem = eval_run.load_benchmark(eval_data_dir / "toy_wildbench" / "test.parquet", "toy_wildbench", "wildbench")[0]
+    problem = load_benchmark(eval_data_dir / "toy_wildbench" / "test.parquet", "toy_wildbench", "wildbench")[0]
     with pytest.raises(RuntimeError, match=r"needs an API key in \$OPENAI_API_KEY"):
-        eval_run.judge_all(
-            cfg, [eval_run.Benchmark("toy_wildbench", "wildbench", [problem], 1)], pending, tmp_path, tmp_path
-        )
+        eval_run.judge_all(cfg, [Benchmark("toy_wildbench", "wildbench", [problem], 1)], pending, tmp_path, tmp_path)
 
 
 def test_default_config_is_the_papers_protocol():
@@ -269,7 +270,7 @@ def test_default_config_is_the_papers_protocol():
     assert cfg.judge.model == "gpt-4o-2024-05-13" and cfg.judge.temperature == 0.0 and cfg.judge.max_tokens == 1024
     assert cfg.structure.clustering.math == "kmeans" and cfg.structure.clustering.wildbench == "hdbscan"
     assert eval_run.run_name(cfg) == "Qwen3-4B"
-    assert math.isclose(eval_run.sampling_config(cfg).temperature, 0.6)
+    assert math.isclose(sampling_config(cfg).temperature, 0.6)
 
 
 @pytest.mark.vllm
@@ -429,7 +430,7 @@ def test_generator_and_judge_are_config_groups_and_the_former_keys_still_work():
     assert new.judge._target_ == "eval.wildbench.openai_judge" and new.judge.model == "j"
     for name in eval_run.BACKENDS:
         assert (eval_run.CONF_DIR / "eval" / "generator" / f"{name}.yaml").is_file()
-    with pytest.raises(eval_run.UserError, match="choose one of: vllm, openai, transformers"):
+    with pytest.raises(UserError, match="choose one of: vllm, openai, transformers"):
         eval_run.compose_eval_config(["ckpt=x", "generator=tgi"])
 
 

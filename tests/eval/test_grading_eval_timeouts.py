@@ -8,8 +8,9 @@ import json
 from omegaconf import OmegaConf
 
 from eval.data import Problem
+from eval.protocol import Benchmark
 from eval.results import flat_metrics, markdown_report, write_results
-from eval.run import Benchmark, score_benchmarks
+from eval.run import score_benchmarks
 
 NEVER_FINISHES = "9^{9^{9^{9}}}"  # sympy tries to build an astronomically large integer
 

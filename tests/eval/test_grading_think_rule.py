@@ -24,7 +24,8 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import TTRLReward
 from eval.data import Problem
 from eval.grading import extract_answer, strip_thinking
-from eval.run import Benchmark, compose_eval_config, score_benchmarks
+from eval.protocol import Benchmark
+from eval.run import compose_eval_config, score_benchmarks
 from sarl.embed.base import Embedder
 from sarl.interface import RolloutBatch
 

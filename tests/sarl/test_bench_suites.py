@@ -29,7 +29,7 @@ def bench_config(overrides=()):
 def test_answer_mix_is_realistic():
     rows = answer_mix(400, 0.05, 0)
     kinds = [r["kind"] for r in rows]
-    assert kinds.count("pathological") == 20
+    assert kinds.count("oversized") == 10 and kinds.count("short") == 10
     assert 150 <= kinds.count("aime") <= 250 and 150 <= kinds.count("math") <= 250
     assert all("\\boxed{" in r["response"] for r in rows)
 
@@ -53,8 +53,11 @@ def test_quick_grading_suite():
     text = console.export_text()
     for col in ("answers/s", "p99 ms", "rejected cheaply", "agreement with plain math-verify", "load average"):
         assert col in text
-    assert out["answers"] == 200 and out["pathological"] == 10
-    assert out["rejected"] + out["pathological_no_answer"] == out["pathological"]
+    assert "short pathological answers" in text and "over the budget" in text
+    assert out["answers"] == 200 and out["pathological"] == 10 and out["oversized"] + out["short"] == 10
+    assert out["rejected"] + out["pathological_no_answer"] == out["oversized"]
+    assert set(out["short_latency_ms"]) == {"p50", "p99", "max"}
+    assert out["short_written_as_gold_correct"] == out["short_written_as_gold"]
     assert out["timeouts"] == 0 and out["agreement"] == 1.0
 
 
@@ -162,3 +165,19 @@ def test_smoke_effect_verdicts():
     assert verdicts(block([-0.01, 0.09], -0.10, [-0.16, -0.04])) == {"sr_up": False, "accuracy_holds": False}
     # a fall no larger than the interval's half width holds even when the interval sits just below zero
     assert verdicts(block([0.02, 0.05], -0.03, [-0.07, -0.001]))["accuracy_holds"]
+
+
+def test_quick_code_exec_suite():
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=code_exec", "quick=true"]), console)["code_exec"]
+    text = console.export_text()
+    for col in ("programs/s", "vs plain sequential", "worst wall s", "load average", "cores", "sandbox:"):
+        assert col in text
+    assert out["programs"] == 8 and out["all_passed"]
+    assert set(out["programs_per_s"]) == {
+        "sandbox, concurrent",
+        "sandbox, one at a time",
+        "plain subprocess.run, one at a time",
+    }
+    assert all(row["outcomes"] == [row["expected"]] for row in out["hostile"].values()), out["hostile"]
+    assert out["hostile"]["infinite loop"]["worst_wall_s"] < 1.0 + 2.0

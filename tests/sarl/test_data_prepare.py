@@ -11,12 +11,27 @@ import pyarrow.parquet as pq
 import pytest
 
 from sarl.data.build import DataValidationError
-from sarl.data.prepare import CONF_DIR, compose_prepare_config, prepare
+from sarl.data.prepare import BUILDERS, CONF_DIR, compose_prepare_config, prepare
 from sarl.data.sources import sha256_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 REPO = Path(__file__).resolve().parents[2]
 SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+OTHER_PAPERS_FIXTURES = {
+    "aime24": "aime24.jsonl",
+    "aime24_train": "aime24.jsonl",
+    "gsm8k": "gsm8k.jsonl",
+    "olympiadbench": "olympiadbench.jsonl",
+    "gpqa_diamond": "gpqa_diamond.jsonl",
+    "mmlu": "mmlu.jsonl",
+    "lsat_ar": "lsat_ar.jsonl",
+    "drop": "drop.jsonl",
+    "math_train": "math_train.jsonl",
+    "math500_train": "math500.jsonl",
+    "grp_math_pool": "deepscaler.jsonl",
+    "grp_math_rl_5k": "grp_math_pool.jsonl",
+}
+CODE_SETS = ("grp_code_rl", "mbpp", "mbpp_plus", "humaneval", "humaneval_plus", "livecodebench_v5")
 FIXTURE_FILES = {
     "aime_1983_2024": "aime_1983_2024.csv",
     "aime_1983_2024_structured": "aime_1983_2024.csv",
@@ -31,6 +46,8 @@ FIXTURE_FILES = {
     "deepscaler_structured": "deepscaler.jsonl",
     "s1k": "s1k.jsonl",
     "kodcode_light_rl_10k": "kodcode_light_rl_10k.jsonl",
+    **OTHER_PAPERS_FIXTURES,  # test_data_benchmarks.py
+    **{name: f"{name}.jsonl" for name in CODE_SETS},  # test_data_code_sets.py
 }
 
 
@@ -102,6 +119,21 @@ def test_aime_1983_2024_in_verl_and_trl_layouts(tmp_path):
     for line, row in zip(trl, parquet_rows(tmp_path, "aime_1983_2024", "train")):
         assert line["prompt"] == row["prompt"] and line["extra_info"] == row["extra_info"]
         assert line["ground_truth"] == row["reward_model"]["ground_truth"]
+
+
+def test_a_system_prompt_is_a_system_turn_before_the_question(tmp_path):
+    """EVOL-RL App. C.3: SimpleRL-Zoo's system prompt, the question alone as the user turn; user_prompt (what the
+    rewards read) is the user turn; the manifest records the system prompt."""
+    system = "Please reason step by step, and put your final answer within \\boxed{}."
+    manifest = build(tmp_path, "aime_1983_2024", "expected_count=6", f"+system_prompt='{system}'", "prompt_suffix=null")
+    plain = tmp_path / "plain"
+    build(plain, "aime_1983_2024", "expected_count=6")
+    plain_rows = by_id(parquet_rows(plain, "aime_1983_2024", "train"))
+    for rid, row in by_id(parquet_rows(tmp_path, "aime_1983_2024", "train")).items():
+        question = plain_rows[rid]["prompt"][0]["content"].removesuffix(SUFFIX)
+        assert list(row["prompt"]) == [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        assert row["extra_info"]["user_prompt"] == question
+    assert manifest["config"]["system_prompt"] == system
 
 
 def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_path):
@@ -380,10 +412,10 @@ def test_every_data_file_is_a_dataset_option_and_a_wrong_name_lists_them():
     assert set(names) == set(FIXTURE_FILES)  # every buildable set has a fixture test
     for name in names:
         cfg = compose_prepare_config([f"dataset={name}"])
-        assert cfg.name == name and cfg.builder in {"math", "openrubrics", "wildbench", "problems"}
+        assert cfg.name == name and cfg.builder in BUILDERS
         assert cfg.expected_count > 0 and cfg.split in {"train", "test"}
     with pytest.raises(MissingConfigException, match="aime25"):
-        compose_prepare_config(["dataset=aime24"])
+        compose_prepare_config(["dataset=aime23"])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -31,6 +31,12 @@ def test_evol_rl_paper_row_has_the_papers_table_2_and_3_settings(tmp_path, tiny_
     assert a.entropy_coeff == 0.003 and a.clip_ratio_high == 0.28
     assert v.algorithm.adv_estimator == "grpo"
     assert v.reward.custom_reward_function.reward_kwargs.reward.alpha == 0.5
+    # App. C.2: Qwen3-4B-Base; its 8B rows by one override
+    assert compose_train_config(["+exp=evol_rl_paper"])[0].model.path == "Qwen/Qwen3-4B-Base"
+    # App. C.1, C.3: MATH-TRAIN with SimpleRL-Zoo's system prompt
+    assert cfg.data.name == "math_train" and cfg.data.prompt_suffix is None
+    assert cfg.data.system_prompt == "Please reason step by step, and put your final answer within \\boxed{}."
+    assert compose_train_config(["+exp=evol_rl_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
     # the like-for-like row keeps SARL Table 6's batch sizes, response length and greedy validation
     _, same = verl_config_for(["+exp=grpo_evol_rl_math"], tmp_path, tiny_qwen3_dir)
     assert same.data.train_batch_size == 256 and same.actor_rollout_ref.actor.ppo_mini_batch_size == 256
@@ -108,3 +114,17 @@ def test_the_schedule_and_truncation_masking_reach_trl(tmp_path):
     args = grpo_args(cfg, tmp_path)
     assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr_rate": 0.1}
     assert args.mask_truncated_completions
+
+
+def test_grpo_code_exec_is_grpo_with_the_execution_reward_on_grps_code_setting(tmp_path, tiny_qwen3_dir):
+    """The baseline of grp_code_paper: GRP's base model (Sec. 4.1) and code RL set (App. E.2, KodCode-Light-RL-10K),
+    8K responses (Sec. 4.1), GRPO with reward=code_exec (all-pass, decisions §8), no SFT stage; the RL
+    hyperparameters the paper does not give are SARL Table 6's."""
+    cfg, v = verl_config_for(["+exp=grpo_code_exec"], tmp_path, tiny_qwen3_dir)
+    assert compose_train_config(["+exp=grpo_code_exec"])[0].model.path == "Qwen/Qwen3-4B-Base"
+    assert cfg.get("pipeline") is None and cfg.data.name == "grp_code_rl" and cfg.data.setting == "code"
+    assert v.algorithm.adv_estimator == "grpo" and v.data.max_response_length == 8192
+    reward = v.reward.custom_reward_function.reward_kwargs.reward
+    assert reward._target_ == "baselines.code_exec.CodeExecReward" and reward.score == "all_pass"
+    a, r = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout
+    assert r.n == 8 and v.data.train_batch_size == 256 and a.optim.lr == 1e-6 and a.kl_loss_coef == 0.001  # Table 6

@@ -50,7 +50,7 @@ def table_lines(path):
 
 def test_every_notebook_is_a_jupytext_percent_notebook():
     jupytext = pytest.importorskip("jupytext")
-    assert {"tables.py", "fig2_structure.py", "fig3_training.py"} <= set(NOTEBOOK_FILES)
+    assert {"tables.py", "fig2_structure.py", "fig3_training.py", "protocol_tables.py"} <= set(NOTEBOOK_FILES)
     for name in NOTEBOOK_FILES:
         nb = jupytext.read(NOTEBOOKS / name)
         kinds = [c.cell_type for c in nb.cells]
@@ -141,6 +141,47 @@ def test_printed_rounding_is_half_up():
     assert _paper.printed(-1029.35, 1) == -1029.4
     assert _paper.printed(2.675, 2) == 2.68
     assert _paper.printed(None, 1) is None
+
+
+def test_protocol_tables_notebook_prints_each_papers_table_beside_ours(tmp_path):
+    """EVOL-RL Table 1, GRP Table 1 and Structured Reasoning Tables 2 and 4 from results of their protocols (the
+    fixtures hold the paper's numbers in eval.run's results layout, so each "(ours)" row prints the paper's)."""
+    run_notebook("protocol_tables.py", "--results", FIXTURES / "protocols", "--out", tmp_path)
+    for name in ("evol_rl", "grp", "structured", "structured_temperature"):
+        assert (tmp_path / f"{name}.md").is_file() and (tmp_path / f"{name}.csv").is_file()
+    evol = table_lines(tmp_path / "evol_rl.md")
+    paper_row = "| w/EVOL-RL (paper) | 80.0/93.3 | 20.7/47.6 | 17.5/39.9 | 51.4/80.3 | 37.2/88.7 |"
+    assert paper_row in evol and evol[evol.index(paper_row) + 1] == paper_row.replace("(paper)", "(ours)")
+    assert "| Base Model (paper) | 63.6/91.5 | 12.0/39.4 | 8.2/30.8 | 38.7/77.6 | 34.9/88.0 |" in evol  # 8B
+    grp = table_lines(tmp_path / "grp.md")
+    assert (
+        "| + PASC-GRPO (Qwen3-8B-Base) (paper) | 95.37 | 91.20 | 82.50 | 46.67 | 38.79 | 77.49 | 65.24 | 88.43 |"
+        in ("\n".join(grp))
+    )
+    ours = "| + PASC-GRPO (Qwen3-8B-Base) (ours) | 95.37 | 91.20 | 82.50 | 46.67 | 38.79 | 77.49 | 65.24 | 88.43 |"
+    assert ours + " 83.98 | 56.12 |" in grp  # the code benchmarks too (eval/code.py)
+    assert "| Qwen3-8B (GRP Table 3) (paper) | - | - | - | - | - | 76.70 | 65.10 | - | - | 57.29 |" in grp
+    structured = table_lines(tmp_path / "structured.md")
+    at_8k = structured.index("| *max_tokens 8192* |  |  |  |  |  |  |  |  |  |")
+    maxflow = "| Ours(MaxFlow) (ours) | 36.67 | 27.78 | 77.83 | 85.33 | 34.22 | 54.81 | 42.53 | 31.26 | 49.60 |"
+    assert structured[-1] == maxflow and at_8k < len(structured) - 1
+    at_1k = "| Ours(MaxFlow) (ours) | 2.22 | 1.11 | 23.33 | 44.67 | 14.95 | 14.42 | 34.65 | 22.32 | 42.04 |"
+    assert structured.index(at_1k) < at_8k
+    temperature = table_lines(tmp_path / "structured_temperature.md")
+    assert "| Ours(MaxFlow) (ours) | 85.08±0.53 | 54.28±0.29 | 31.35±0.47 |" in temperature
+    assert "| Light-R1 (paper) | 89.47±1.12 | 59.56±0.57 | 50.00±3.37 |" in temperature
+    assert "temp_grpo_7b (no results.json)" in (tmp_path / "structured_temperature.md").read_text()
+
+
+def test_protocol_table_refuses_results_of_another_protocol(tmp_path):
+    import _protocols
+
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES / "protocols" / "maxflow_1_5b", results / "temp_maxflow_1_5b")
+    with pytest.raises(
+        ValueError, match="temp_maxflow_1_5b: results of protocol structured, not structured_temperature"
+    ):
+        _protocols.protocol_table("structured_temperature", results)
 
 
 def test_fig2a_structure_reward_before_and_after(tmp_path):

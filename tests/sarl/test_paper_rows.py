@@ -13,7 +13,8 @@ from sarl.backends.verl.config import build_verl_config, validate_verl_config  #
 from sarl.backends.verl.sft import build_verl_sft_config, validate_verl_sft_config  # noqa: E402
 
 STRUCTURED_PAPER_ROWS = {"lcs_paper": "lcs", "maxflow_paper": "maxflow", "lcs_maxflow_paper": "lcs_maxflow"}
-PAPER_ROWS = [*STRUCTURED_PAPER_ROWS, "grp_math_paper"]
+GRP_TABLE_2_ROWS = ["grp_grpo_paper", "grp_no_reach_paper", "grp_no_reach_rev_paper", "grp_no_scae_paper"]
+PAPER_ROWS = [*STRUCTURED_PAPER_ROWS, "grp_math_paper", "grp_code_paper", "grpo_structured_paper", *GRP_TABLE_2_ROWS]
 
 
 def stage_config(row, name, *extra):
@@ -82,12 +83,35 @@ def test_grp_paper_row_is_pasc_grpo_from_grp_sft_on_qwen3_base(tmp_path, tiny_qw
     assert compose_train_config(["+exp=grp_math_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
     rl = stage_config("grp_math_paper", "rl", f"model.path={tiny_qwen3_dir}")
     assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_.startswith("baselines.grp")
-    assert rl.data.name == "deepscaler"
+    assert rl.data.name == "grp_math_rl_5k"  # App. E.2: the stratified 5,000
     v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "grp_math_paper")
     validate_verl_config(v)
     sft = stage_config("grp_math_paper", "sft", f"model.path={tiny_qwen3_dir}")
     assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math"
     validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_math_paper"))
+
+
+def test_grp_code_paper_row_is_pasc_grpo_with_the_execution_outcome_from_grp_sft(tmp_path, tiny_qwen3_dir):
+    """GRP Sec. 4.1: Qwen3-4B-Base (Table 1; the 8B of Tables 1 and 3 by one override); App. E.1: GRP-SFT on the
+    graph code traces; App. E.2: KodCode-Light-RL-10K; Sec. 3.2: PASC-GRPO, r_acc of Eq. (14) the execution
+    outcome (all tests pass) and R_graph from the graph blocks, GRP's format check as in the math row."""
+    top, _ = compose_train_config(["+exp=grp_code_paper"])
+    assert top.model.path == "Qwen/Qwen3-4B-Base"
+    assert compose_train_config(["+exp=grp_code_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
+    rl = stage_config("grp_code_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_ == "baselines.grp.GRPReward"
+    assert rl.reward.outcome == "code_exec" and rl.reward.combine == "scae" and rl.reward.code_exec.score == "all_pass"
+    assert rl.data.name == "grp_code_rl" and rl.data.setting == "code" and rl.data.max_response_length == 8192
+    assert rl.format_check.parser == "baselines.grp.parse_graph"
+    assert rl.reward.tokenizer == tiny_qwen3_dir  # I(v) of Eq. (9) in the policy's tokens
+    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "grp_code_paper")
+    validate_verl_config(v)
+    assert v.reward.custom_reward_function.reward_kwargs.reward.outcome == "code_exec"
+    sft = stage_config("grp_code_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_code" and sft.data.trace_format == "graph"
+    math_sft = stage_config("grp_math_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    assert sft.train == math_sft.train  # the SFT stage's settings are grp_math_paper's
+    validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_code_paper"))
 
 
 @pytest.mark.slow
@@ -102,3 +126,50 @@ def test_a_paper_row_dry_runs_both_stages_on_verl(tmp_path, tiny_qwen3_dir, caps
     assert rl["actor_rollout_ref"]["model"]["path"] == planned
     assert "verl.trainer.sft_trainer" in err and "sarl.backends.verl.main" in err
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("row", GRP_TABLE_2_ROWS)
+def test_grp_table_2_rows_are_grp_sft_then_their_rl_on_qwen3_8b_base(row, tmp_path, tiny_qwen3_dir):
+    """GRP Table 2 (Qwen3-8B-Base, every row from the GRP-SFT baseline, Sec. 4.3): "GRPO" the accuracy reward under
+    GRPO; "w/o SCAE" GRP's rewards under GRPO; "w/o Reachability" / "w/o Reach. & RSR" PASC-GRPO without R_reach /
+    without R_reach and R_rev, the rest equal (decisions §4)."""
+    top, _ = compose_train_config([f"+exp={row}"])
+    assert top.model.path == "Qwen/Qwen3-8B-Base"
+    rl = stage_config(row, "rl", f"model.path={tiny_qwen3_dir}")
+    expected = {
+        "grp_grpo_paper": ("grpo", "baselines.ground_truth.GroundTruthReward", None),
+        "grp_no_scae_paper": ("grpo", "baselines.grp.GRPReward", [0.2] * 5),
+        "grp_no_reach_paper": ("scae", "baselines.grp.GRPReward", [0.25, 0.25, 0.25, 0.0, 0.25]),
+        "grp_no_reach_rev_paper": ("scae", "baselines.grp.GRPReward", [1 / 3, 1 / 3, 1 / 3, 0.0, 0.0]),
+    }[row]
+    weights = rl.reward.get("weights")
+    got = [weights[k] for k in ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")] if weights else None
+    assert (rl.algorithm.adv_estimator, rl.reward._target_) == expected[:2] and got == pytest.approx(expected[2])
+    if weights:
+        assert rl.reward.combine == ("scae" if expected[0] == "scae" else "sum")
+        assert rl.reward.tokenizer == tiny_qwen3_dir  # I(v) of Eq. (9) in the policy's tokens
+    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), row)
+    validate_verl_config(v)
+    assert rl.data.name == "grp_math_rl_5k"
+    sft = stage_config(row, "sft", f"model.path={tiny_qwen3_dir}")
+    assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math"
+
+
+def test_structured_reasoning_table_11_and_15_rows(tmp_path, tiny_qwen3_dir):
+    """Table 11 "GRPO" (ACC, with the format score of App. A.4.4) from the structured SFT checkpoint; Table 15
+    "+ MaxFlow (free-form)": the 7B model, steps split on blank lines, the plain prompt, no SFT stage."""
+    rl = stage_config("grpo_structured_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    assert rl.reward._target_ == "baselines.combine.WeightedSumReward" and dict(rl.reward.weights) == {
+        "accuracy": 1.0,
+        "format": 1.0,
+    }
+    assert rl.reward.components.format.lcs_weight == 0.0 and rl.data.name == "deepscaler_structured"
+    validate_verl_config(build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "g"))
+    free, choices = compose_train_config(["+exp=maxflow_freeform_paper", f"model.path={tiny_qwen3_dir}"])
+    check_supported(free, choices)
+    assert compose_train_config(["+exp=maxflow_freeform_paper"])[0].model.path.endswith("R1-Distill-Qwen-7B")
+    assert free.pipeline is None and free.reward.step_mode == "paragraphs" and free.data.name == "deepscaler"
+    assert free.data.get("prompt_style") in (None, "plain") and free.train.resample_tags is False
+    assert free.train.max_response_length == 4096 and free.train.actor_lr == 1e-6 and free.train.rollout_n == 6
+    v = build_verl_config(free, OmegaConf.to_container(free.reward, resolve=True), str(tmp_path), "f")
+    validate_verl_config(v)

@@ -22,10 +22,41 @@ def test_sarl_table_2_in_the_papers_order():
         "grpo_sarl_c_only_math",
         "grpo_sarl_math",
     ]
-    assert paper_tables()[:2] == ["SARL Table 2", "SARL Table 3"]  # numbers in order: 9 before 10
-    assert paper_tables().index("SARL Table 9") < paper_tables().index("SARL Table 10")
+    sarl_tables = [t for t in paper_tables() if t.startswith("SARL ")]
+    assert sarl_tables[:2] == ["SARL Table 2", "SARL Table 3"]  # numbers in order: 9 before 10
+    assert sarl_tables.index("SARL Table 9") < sarl_tables.index("SARL Table 10")
     assert set(paper_experiments()) < set(experiments())  # the smoke run and the comparison rows are in no table
     assert "smoke" not in paper_experiments() and "grpo_sarl_open" in paper_experiments()
+    # the code rows: GRP's code pipeline (its stages are GRP Table 1's code rows) and its GRPO baseline, each with
+    # a note saying what it is instead
+    for exp in ("grp_code_paper", "grpo_code_exec"):
+        cfg, _ = compose_train_config([f"+exp={exp}"])
+        assert exp in experiments() and exp not in paper_experiments() and "code" in cfg.paper.note
+
+
+def test_the_other_papers_tables_in_their_order():
+    """GRP Table 2 (positions 1-4, the base model and the SFT and PASC-GRPO rows, are grp_math_paper's stages and
+    the 8B override) and Structured Reasoning Tables 11 and 15, as the papers print their labels."""
+    assert [(r.position, r.label, r.exp) for r in paper_rows("GRP Table 2")] == [
+        (5, "GRPO", "grp_grpo_paper"),
+        (6, "w/o Reachability", "grp_no_reach_paper"),
+        (7, "w/o Reach. & RSR", "grp_no_reach_rev_paper"),
+        (8, "w/o SCAE", "grp_no_scae_paper"),
+    ]
+    assert [(r.label, r.exp) for r in paper_rows("Structured Reasoning Table 11")] == [
+        ("GRPO", "grpo_structured_paper"),
+        ("MAX-FLOW", "maxflow_paper"),
+        ("LCS", "lcs_paper"),
+        ("FLOW+LCS 1:1", "lcs_maxflow_paper"),
+    ]
+    (evol,) = paper_rows("EVOL-RL Table 1")
+    assert (evol.group, evol.label, evol.exp) == ("Qwen3-4B-Base, MATH-TRAIN", "w/EVOL-RL", "evol_rl_paper")
+    (free,) = paper_rows("Structured Reasoning Table 15")
+    assert (free.group, free.label, free.exp) == (
+        "Isolated Component Training",
+        "+ MaxFlow (free-form)",
+        "maxflow_freeform_paper",
+    )
 
 
 def test_the_block_reaches_the_composed_config_but_not_the_backend(tmp_path):

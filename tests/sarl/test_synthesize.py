@@ -28,6 +28,7 @@ from sarl.data.synthesize import (
     structured_issues,
     synthesize,
 )
+from sarl.train import compose_train_config
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO / "tests" / "eval"))  # eval_helpers: the loopback chat server
@@ -183,9 +184,9 @@ def test_grp_math_stages_feedback_outputs_and_resume(tmp_path, grp_teacher):
     for pid in ("P1", "P3", "P4", "P6"):
         assert parse_graph(by_q[pid]).error is None
     assert trl[0]["prompt"][0]["role"] == "user" and trl[0]["completion"][0]["role"] == "assistant"
-    assert trl[0]["prompt"][0]["content"].endswith(
-        "Please reason step by step, and put your final answer within \\boxed{}."
-    )
+    # the RL stage's prompt (conf/data/deepscaler.yaml prompt_suffix): GRP-SFT and PASC-GRPO see one prompt
+    rl_suffix = compose_train_config(["+exp=grp_math_paper"])[0].data.prompt_suffix
+    assert trl[0]["prompt"][0]["content"].endswith(rl_suffix)
 
     # The manifest: teacher, prompt files with their hashes, outputs with their hashes.
     assert manifest["teacher"] == {"url": server.url, "model": "teacher", "started_vllm": False}

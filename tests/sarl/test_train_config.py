@@ -27,6 +27,7 @@ from sarl.backends.verl.config import build_verl_config  # noqa: E402
 GROUPS = ["model", "algorithm", "reward", "embedding", "data", "backend", "launcher", "logger", "paths"]
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
 PAPER_ROWS = paper_experiments()  # conf/exp/ files whose `paper:` block names a paper table (sarl.rows)
+DRY_RUN_ROWS = sorted({*PAPER_ROWS, "grp_code_paper", "grpo_code_exec"})  # + the code rows (in no paper table)
 
 
 def options(group):
@@ -80,7 +81,12 @@ def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_no
         printed = dry_run_config(cfg, tmp_path)
         assert printed["trainer"] in ("GRPOTrainer", "DPOTrainer") and printed["args"]["output_dir"]
         return
-    assert cfg.model.path == "Qwen/Qwen3-4B"
+    own_model = {
+        "evol_rl_paper": "Qwen/Qwen3-4B-Base",
+        "maxflow_freeform_paper": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "grpo_code_exec": "Qwen/Qwen3-4B-Base",  # GRP's code setting (grp_code_paper's base model)
+    }
+    assert cfg.model.path == own_model.get(exp, "Qwen/Qwen3-4B")  # the other papers' rows: their paper's model
     _, vcfg = verl_config_for([f"+exp={exp}"], tmp_path, tiny_qwen3_dir)
     assert vcfg.trainer.experiment_name == exp
 
@@ -219,19 +225,26 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exp", PAPER_ROWS)
+@pytest.mark.parametrize("exp", DRY_RUN_ROWS)
 def test_dry_run_works_offline_with_an_empty_model_cache(exp, tmp_path):
     """No network and nothing in the Hugging Face cache: the backend's config on stdout (YAML), the launch
     command on stderr, no traceback; with a critic (PPO), one line says the model was not resolved here."""
     import os
 
+    # a GRP SFT stage takes 64 traces a step and the shipped sample set holds 6 (decisions §7.1): 1 on 1 GPU here
+    top, _ = compose_train_config([f"+exp={exp}"])
+    small_sft = (
+        ["sft:train.train_batch_size=1", "sft:train.n_gpus_per_node=1"]
+        if any(s["name"] == "sft" for s in top.get("pipeline") or [])
+        else []
+    )
     hf_home = tmp_path / "hf-home"
     hf_home.mkdir()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(hf_home)}
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):  # HF_HOME alone says where
         env.pop(var, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "sarl.train", f"+exp={exp}", "train.dry_run=true", f"paths.root={tmp_path}"],
+        [sys.executable, "-m", "sarl.train", f"+exp={exp}", "train.dry_run=true", f"paths.root={tmp_path}", *small_sft],
         env=env,
         capture_output=True,
         text=True,

@@ -267,12 +267,13 @@ class SarlTrainer(PPOTrainerSync):
     def _redraw_tags(self, batch) -> None:  # noqa: ANN001 (verl's TensorDict)
         """train.resample_tags (Structured Reasoning App. A.4): each sampled prompt's tag set redrawn from (seed,
         row id, epoch) before generation (`raw_prompt`, what the agent loop renders), and `extra_info.user_prompt`
-        (what the rewards read) with it."""
-        from baselines.structured_prompt import draw_key, redraw_tags
+        (what the rewards read) with it; the step logs how many were drawn and how many came out changed
+        (`data/tag_sets_drawn`, `data/tag_sets_changed`)."""
+        from baselines.structured_prompt import draw_key, redraw_tags, tags_of_prompt
 
         epoch = max(0, (int(self.global_steps) - 1) // max(1, int(getattr(self, "steps_per_epoch", 0) or 1)))
         prompts, infos = column(batch, "raw_prompt"), column(batch, "extra_info")
-        new_prompts, new_infos = [], []
+        new_prompts, new_infos, changed = [], [], 0
         for messages, info in zip(prompts, infos, strict=True):
             info = dict(info) if isinstance(info, dict) else {}
             redrawn = redraw_tags(
@@ -281,6 +282,8 @@ class SarlTrainer(PPOTrainerSync):
             info[USER_PROMPT_KEY] = redrawn[-1]["content"]
             new_prompts.append(redrawn)
             new_infos.append(info)
+            changed += tags_of_prompt(redrawn[-1]["content"]) != tags_of_prompt(str(list(messages)[-1]["content"]))
+        self._tags_redrawn = (changed, len(new_prompts))
         tu.assign_non_tensor_stack(batch, "raw_prompt", new_prompts)
         tu.assign_non_tensor_stack(batch, "extra_info", new_infos)
 
@@ -420,6 +423,9 @@ class SarlTrainer(PPOTrainerSync):
         return {s: bad or cut[s] for s, bad in failed.items()}
 
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
+        if self.resample_tags_seed is not None:  # this step's prompts whose tag set the redraw changed (_redraw_tags)
+            changed, total = getattr(self, "_tags_redrawn", (0, 0))
+            metrics.update({"data/tag_sets_changed": float(changed), "data/tag_sets_drawn": float(total)})
         skipped, self._skipped_keys = self._skipped_keys, set()
         if skipped:  # verl's data metrics need the fields of a trained batch (advantages, returns, ...)
             trained = [k for k in batch.keys if k not in skipped]

@@ -22,8 +22,24 @@ def test_every_row_composes_for_the_cpu(row):
     assert cfg.backend.name == "verl" and cfg.backend.cpu and cfg.backend.rollout_engine == "hf"
     if cfg.get("pipeline"):
         return  # each stage is made small when it is composed (sarl.pipeline)
-    assert choices["model"] == "tiny_qwen3"
+    assert choices["model"] == cpu.TINY_POLICIES[cpu.output_format(cfg)]
     assert cfg.train.total_training_steps == 2 and cfg.train.n_gpus_per_node == 1
+
+
+@pytest.mark.parametrize(
+    ("row", "policy", "response_tokens"),
+    [
+        ("grpo_sarl_math", "tiny_qwen3", 192),
+        ("grpo_lcs_maxflow_math", "tiny_qwen3_tagged", 256),  # the rewards read step tags
+        ("pasc_grpo_grp_math", "tiny_qwen3_graph", 400),  # the rewards parse GRP graphs
+        ("grpo_grp_math", "tiny_qwen3_graph", 400),
+    ],
+)
+def test_each_row_gets_the_tiny_policy_that_writes_its_format(row, policy, response_tokens):
+    cfg, choices = compose(f"+exp={row}", "backend=verl_cpu")
+    assert choices["model"] == policy and cfg.train.max_response_length == response_tokens
+    named, _ = compose(f"+exp={row}", "backend=verl_cpu", "model=tiny_qwen3", "data.max_response_length=100")
+    assert named.model.build.traces.endswith("/traces.jsonl") and named.train.max_response_length == 100
 
 
 def test_a_row_is_made_small_and_keeps_its_algorithm_and_reward():
@@ -64,6 +80,11 @@ def test_sft_stages_keep_their_shipped_traces():
         "+exp=lcs_paper", "backend=verl_cpu", "algorithm=sft", "data=sft_structured", "pipeline=null"
     )
     assert choices["data"] == "sft_structured" and cfg.train.train_batch_size == 2
+    assert choices["model"] == "tiny_qwen3_tagged"  # the traces' format (trace_format: tagged)
+    cfg, choices = compose(
+        "+exp=grp_math_paper", "backend=verl_cpu", "algorithm=sft", "data=sft_grp_math", "pipeline=null"
+    )
+    assert choices["model"] == "tiny_qwen3_graph"
     cfg, choices = compose("+exp=grpo_gt_math", "backend=verl_cpu", "algorithm=sft", "data=s1k", "pipeline=null")
     # a named data group is kept; a stage's own (not named on the command line) is replaced by the smoke traces
     assert choices["data"] == "s1k"
@@ -84,3 +105,39 @@ def test_the_verl_settings_of_a_cpu_run():
 def test_merged_overrides_drop_the_earlier_value_of_a_key():
     merged = cpu.merged_overrides(["+exp=x", "data=sft_structured", "train.x=1"], ["data=sft_smoke"])
     assert merged == ["+exp=x", "train.x=1", "data=sft_smoke"]
+
+
+def test_code_rows_train_on_the_shipped_code_prompts_with_tests(tmp_path):
+    """Rows whose data is `setting: code` get conf/data/smoke_code.yaml (prompts with tests, not the arithmetic
+    smoke prompts); each shipped problem's reference solution passes its tests in the sandbox, a wrong one fails."""
+    from baselines.code_exec import CodeExecReward
+    from sarl.backends.trl.common import read_jsonl, resolve_path
+    from sarl.interface import RolloutBatch
+
+    plain, choices = compose("+exp=grpo_code_exec", "backend=verl_cpu")
+    assert choices["data"] == "smoke_code" and choices["reward"] == "code_exec" and choices["model"] == "tiny_qwen3"
+    rl, choices = compose("+exp=grp_code_paper", "backend=verl_cpu", "pipeline=null")  # the rl stage
+    assert choices["data"] == "smoke_code" and choices["model"] == "tiny_qwen3_graph"
+    assert rl.reward.outcome == "code_exec" and rl.reward.combine == "scae" and rl.format_check.min_share == 0.0
+    sft, choices = compose(
+        "+exp=grp_code_paper", "backend=verl_cpu", "algorithm=sft", "data=sft_grp_code", "pipeline=null"
+    )
+    assert choices["model"] == "tiny_qwen3_graph" and sft.data.sft_files.endswith("/grp_code.jsonl")
+    assert compose("+exp=grpo_gt_math", "backend=verl_cpu")[1]["data"] == "smoke"  # math rows unchanged
+
+    train, val = cpu.write_smoke_parquet(plain, tmp_path)
+    files = (plain.data.trl_train_files, plain.data.trl_val_files)
+    rows = [row for f in files for row in read_jsonl(resolve_path(f), "data")]
+    assert len(rows) == 24 and val
+    solutions = [f"```python\n{r['extra_info']['solution']}\n```" for r in rows]
+    batch = RolloutBatch(
+        prompts=[""] * 48,
+        responses=solutions + ["```python\nx = 1\n```"] * 24,
+        ground_truths=[r["ground_truth"] for r in rows] * 2,
+    )
+    scores = [o.score for o in CodeExecReward(sandbox={"timeout_s": 5.0})(batch)]
+    assert scores == [1.0] * 24 + [0.0] * 24
+    import pandas as pd
+
+    written = pd.read_parquet(train)
+    assert len(written) == 16 and written.reward_model[0]["ground_truth"]["tests"].startswith("assert add(1, 2)")

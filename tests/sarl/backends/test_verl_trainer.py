@@ -649,6 +649,7 @@ def test_tags_are_redrawn_per_sampled_prompt_seeded_by_row_and_epoch(tmp_path, t
             question_of(g) == f"question {i}" and all(f"<{t}>" in g for t in TOP_TAGS) for i, g in enumerate(got)
         )
         seen[step] = got
+        assert trainer._tags_redrawn[1] == 2  # drawn: logged as data/tag_sets_drawn (changed: data/tag_sets_changed)
     assert seen[1] == seen[2] and seen[3] != seen[1]  # one draw per epoch
     off = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_sarl_math")  # off by default
     assert off.trainer.v1[TRAINER_NAME].resample_tags is False

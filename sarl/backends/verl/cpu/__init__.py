@@ -10,11 +10,14 @@ trainer class, hooks and pipeline stages) with the pieces that let verl run with
   ask for a GPU per worker and 3 CPUs per bundle; TransferQueue's controller and storage units 1 CPU each: on
   2 real cores the defaults wait forever), one TransferQueue storage unit, FSDP2 (FSDP1's
   `sync_module_states` refuses CPU parameters), sdpa attention, no torch.compile, one GPU's worth of workers;
-- the row made small (`cpu_overrides`): the tiny Qwen3 policy (`model=tiny_qwen3`), the shipped smoke prompts
-  (tagged ones for rows whose data is tagged; the shipped traces for SFT stages), 2 optimiser steps, 4 prompts x
-  4 rollouts (a row that votes on more rollouts than it trains keeps its ratio), short responses, the local
-  MiniLM embedder for structure rewards, a format check that reports without stopping (the tiny policy writes
-  no GRP graph), no W&B. A key or group named on the command line is never changed.
+- the row made small (`cpu_overrides`): a tiny Qwen3 policy that writes the row's output format
+  (`model=tiny_qwen3`, or `tiny_qwen3_tagged` / `tiny_qwen3_graph` for rows whose rewards read step tags or GRP
+  graphs: `output_format`), the shipped smoke prompts (tagged ones for rows whose data is tagged, code ones with
+  tests for rows whose data is code; the shipped traces for SFT stages), 2 optimiser steps, 4 prompts x 4
+  rollouts (a row that votes on more rollouts than it trains keeps its ratio), short responses (longer for the
+  tagged and graph formats), the local MiniLM embedder for structure rewards, a format check that reports
+  without stopping (the tiny policy's graphs often fail to parse), no W&B. A key or group named on the command
+  line is never changed.
 
 What differs from the GPU run is written in README ("Try a row on CPU") and docs/gpu.md: the model, data,
 batch and lengths above, the HF sampler instead of vLLM (the same sampling parameters, batch by batch instead
@@ -56,6 +59,12 @@ SFT_TRAIN = {
     "train.nnodes": 1,
     "train.n_gpus_per_node": 1,
 }
+# The tiny policy of each output format (output_format): warm-started on the smoke traces written in that format,
+# so that its responses score differently under the row's reward (conf/model/tiny_qwen3*.yaml)
+TINY_POLICIES = {"plain": "tiny_qwen3", "tagged": "tiny_qwen3_tagged", "graph": "tiny_qwen3_graph"}
+GRAPH_PARSER = "baselines.grp.parse_graph"
+# responses of the tagged and graph smoke traces run to ~230 and ~390 tokens (the plain ones fit the smoke set's 192)
+RESPONSE_TOKENS = {"tagged": 256, "graph": 400}
 SMOKE_VAL_PROMPTS = 8  # validation set: the first held-out smoke prompts
 
 
@@ -81,7 +90,8 @@ def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
         return not any(key == n or key.startswith(n + ".") for n in named)
 
     sft = cfg.algorithm.name == "sft"
-    out: dict[str, Any] = {"model": "tiny_qwen3"}
+    fmt = output_format(cfg)
+    out: dict[str, Any] = {"model": TINY_POLICIES[fmt]}
     if sft:
         shipped = str(cfg.data.get("sft_files") or "").startswith("pkg://")
         out["data"] = None if shipped else "sft_smoke"  # a row's shipped traces (tagged, graph) stay
@@ -89,6 +99,8 @@ def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
     else:
         style = str(cfg.data.get("prompt_style") or "plain")
         out["data"] = "smoke_structured" if style.startswith("structured") else "smoke"
+        if cfg.data.get("setting") == "code":  # code rows: prompts with tests (conf/data/smoke_code.yaml)
+            out["data"] = "smoke_code"
         out.update(TRAIN)
         votes, trained = int(cfg.train.rollout_n), int(cfg.train.n_trained)
         if votes > ROLLOUT_N:
@@ -97,15 +109,29 @@ def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
                 out["train.n_trained"] = max(2, math.floor(ROLLOUT_N * trained / votes))
         for path in _attention_rewards(cfg.reward):  # MaxFlow's layers: the paper's last five; the tiny policy has 2
             out[f"{path}.layers"] = "[-2,-1]"
-        if (cfg.get("format_check") or {}).get("parser"):  # the tiny policy writes no graph: check, report, go on
+        out["data.max_response_length"] = RESPONSE_TOKENS.get(fmt)  # the smoke set's 192 for plain responses
+        if (cfg.get("format_check") or {}).get("parser"):  # the tiny policy's graphs often fail: check, report, go on
             out["format_check.min_share"] = 0.0
-            out["format_check.max_new_tokens"] = 192
+            out["format_check.max_new_tokens"] = RESPONSE_TOKENS.get(fmt, 192)
         if cfg.reward.get("embedder") is not None and "embedding" in named:
             pass  # the command's embedder (e.g. the vLLM server) stays
         elif cfg.reward.get("embedder") is not None:
             out["embedding"] = "local"
     out["logger"] = "none"
     return [f"{k}={_value(v)}" for k, v in out.items() if v is not None and free(k)]
+
+
+def output_format(cfg: DictConfig) -> str:
+    """What the row's policy must write for its reward to tell responses apart: "tagged" (Structured Reasoning's
+    step tags: data with the tagged-step prompt, or SFT traces marked `trace_format: tagged`), "graph" (GRP's graph
+    blocks: a row whose format check parses them, or SFT traces marked `trace_format: graph`), else "plain"."""
+    if cfg.algorithm.name == "sft":
+        return str(cfg.data.get("trace_format") or "plain")
+    if str(cfg.data.get("prompt_style") or "plain").startswith("structured"):
+        return "tagged"
+    if str((cfg.get("format_check") or {}).get("parser") or "") == GRAPH_PARSER:
+        return "graph"
+    return "plain"
 
 
 def _attention_rewards(reward: DictConfig, path: str = "reward") -> list[str]:

@@ -1,0 +1,279 @@
+"""A paper's evaluation protocol (conf/eval/protocol/<name>.yaml) resolved into a plan: per benchmark its kind, the
+samples per problem, the metrics and the sampling settings (docs/decisions.md §3.1). `eval.run` generates and
+scores by this plan; `dry_run=true` prints it.
+
+A protocol file has `name`, `paper`, `sampling` (overrides of conf/eval.yaml's `sampling:` keys), `sweep` (null,
+or one sampling key with a list of values: every benchmark is run once per value, e.g. the maximum response
+lengths of Structured Reasoning Tables 2-3) and `benchmarks`, a list of groups {names, kind, n, metrics[,
+max_tokens]}. Kinds: math (answers graded by eval.grading), wildbench (judged), code (scored by running the
+benchmark's tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from eval.data import Problem, benchmark_path, load_benchmark
+from eval.generate import SamplingConfig
+from eval.metrics import check_metric
+from sarl.errors import UserError, check_writable_dir
+
+log = logging.getLogger(__name__)
+
+KINDS = ("math", "wildbench", "code")
+SCORING = {"math": "answer graded (eval.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
+SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig))
+DATA_CONF = Path(__file__).resolve().parent.parent / "conf" / "data"
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """One benchmark of a protocol at one setting of its sweep."""
+
+    name: str  # the benchmark: its data directory, cache key and per-sample seeds
+    label: str  # its key in results.json: the name, or `name/<sweep key>=<value>`
+    kind: str  # math | wildbench | code
+    n: int  # samples per problem (one per seed for pass@1_seeds)
+    metrics: tuple[str, ...]
+    sampling: SamplingConfig
+    sweep: tuple[str, Any] | None = None  # (sampling key, value)
+
+    @property
+    def ks(self) -> list[int]:
+        """The k of every avg@k / pass@k metric."""
+        return sorted({self.n if m == "avg@k" else 1 if m == "pass@1_seeds" else int(m[5:]) for m in self.metrics})
+
+    @property
+    def seeds(self) -> int | None:
+        """The seeds of a mean ± std over seeds (sample s of each problem is drawn with seed s)."""
+        return self.n if "pass@1_seeds" in self.metrics else None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.name,
+            "label": self.label,
+            "kind": self.kind,
+            "scoring": SCORING[self.kind],
+            "n": self.n,
+            "k": self.ks if self.kind != "wildbench" else None,
+            "seeds": self.seeds,
+            "metrics": list(self.metrics),
+            "sampling": self.sampling.cache_identity(),
+            "sweep": list(self.sweep) if self.sweep else None,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    protocol: str
+    paper: str
+    entries: tuple[BenchmarkPlan, ...]
+
+    @property
+    def sweep_key(self) -> str | None:
+        return next((e.sweep[0] for e in self.entries if e.sweep), None)
+
+    def groups(self) -> list[tuple[SamplingConfig, list[BenchmarkPlan]]]:
+        """The entries by sampling settings, in plan order: each group is generated with one setting."""
+        out: dict[str, tuple[SamplingConfig, list[BenchmarkPlan]]] = {}
+        for e in self.entries:
+            key = repr(sorted(e.sampling.cache_identity().items()))
+            out.setdefault(key, (e.sampling, []))[1].append(e)
+        return list(out.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.protocol, "paper": self.paper, "benchmarks": [e.describe() for e in self.entries]}
+
+
+def sampling_config(cfg: DictConfig, overrides: dict[str, Any] | None = None) -> SamplingConfig:
+    """conf/eval.yaml's `sampling:` with a protocol's overrides."""
+    s = {**OmegaConf.to_container(cfg.sampling, resolve=True), **(overrides or {})}
+    return SamplingConfig(
+        temperature=float(s["temperature"]),
+        top_p=float(s["top_p"]),
+        top_k=int(s["top_k"]) if s["top_k"] else None,
+        max_tokens=int(s["max_tokens"]),
+        chat_template_kwargs=dict(s["chat_template_kwargs"] or {}),
+    )
+
+
+def _sampling(cfg: DictConfig, where: str, overrides: dict[str, Any]) -> SamplingConfig:
+    unknown = sorted(set(overrides) - set(SAMPLING_KEYS))
+    if unknown:
+        raise UserError(f"{where}: sampling keys {unknown} not known; choose from: {', '.join(SAMPLING_KEYS)}")
+    try:
+        return sampling_config(cfg, overrides)
+    except (ValueError, TypeError) as err:
+        raise UserError(f"{where}: {err}") from err
+
+
+def resolve_plan(cfg: DictConfig) -> Plan:
+    """The plan of `cfg.protocol` (with `cfg.only`, when set, keeping only those benchmarks)."""
+    p = cfg.protocol
+    name = str(p.name)
+    where = f"protocol {name} (conf/eval/protocol/{name}.yaml)"
+    base = OmegaConf.to_container(p.sampling, resolve=True) or {}
+    sweep = OmegaConf.to_container(p.sweep, resolve=True) if p.sweep else {}
+    if len(sweep) > 1:
+        raise UserError(f"{where}: sweep names {sorted(sweep)}; a protocol sweeps one sampling key")
+    sweep_values = [(key, v) for key, values in sweep.items() for v in values] or [None]
+    entries: list[BenchmarkPlan] = []
+    for point in sweep_values:
+        for group in p.benchmarks:
+            kind = str(group.kind)
+            if kind not in KINDS:
+                raise UserError(f"{where}: kind {kind!r} not known; choose one of: {', '.join(KINDS)}")
+            n = group.n
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise UserError(f"{where}: n={n!r} for {list(group.names)}: must be an integer >= 1")
+            metrics = tuple(str(m) for m in group.metrics)
+            if kind != "wildbench":
+                for m in metrics:
+                    try:
+                        check_metric(m, n)
+                    except ValueError as err:
+                        raise UserError(f"{where}: {err}") from err
+            overrides = {**base, **({"max_tokens": group.max_tokens} if group.get("max_tokens") else {})}
+            if point is not None:
+                overrides[point[0]] = point[1]
+            sampling = _sampling(cfg, where, overrides)
+            for bench in group.names or []:
+                label = str(bench) if point is None else f"{bench}/{point[0]}={point[1]}"
+                entries.append(BenchmarkPlan(str(bench), label, kind, n, metrics, sampling, point))
+    labels = [e.label for e in entries]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{where}: a benchmark is listed twice: {labels}")
+    if cfg.get("only"):
+        known = list(dict.fromkeys(e.name for e in entries))
+        unknown = [b for b in cfg.only if b not in known]
+        if unknown:
+            raise UserError(f"only={list(cfg.only)}: {unknown} not in {where}; choose from: {', '.join(known)}")
+        entries = [e for e in entries if e.name in set(cfg.only)]
+    if not entries:
+        raise UserError(f"{where} names no benchmarks: set benchmarks.math and/or benchmarks.wildbench")
+    return Plan(name, str(p.paper), tuple(entries))
+
+
+def _looks_like_path(name: str) -> bool:
+    """A local path rather than a Hub id (`org/name`) or a served model's name."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    """Everything that can be checked before any model is loaded or any work done; a UserError names the
+    first key that cannot work."""
+    if OmegaConf.is_missing(cfg, "ckpt"):
+        raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
+    ckpt = str(cfg.ckpt)
+    remote = str(cfg.generator.get("url", "auto")) != "auto"  # an OpenAI-compatible server that has the model
+    if _looks_like_path(ckpt) and not remote:
+        path = Path(ckpt).expanduser()
+        if not path.is_dir():
+            raise UserError(
+                f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)"
+            )
+        if not (path / "config.json").is_file():
+            raise UserError(f"ckpt={ckpt} has no config.json: not a Hugging Face checkpoint directory")
+    s = cfg.sampling
+    for key, value, ok, what in (
+        ("sampling.n", s.n, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.n_wildbench", s.n_wildbench, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.max_tokens", s.max_tokens, lambda v: v >= 1, "an integer >= 1"),
+        ("sampling.temperature", s.temperature, lambda v: v >= 0, "a number >= 0"),
+        ("sampling.top_p", s.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("limit", cfg.limit, lambda v: v is None or v >= 1, "null or an integer >= 1"),
+        ("structure.batch_size", cfg.structure.batch_size, lambda v: v >= 1, "an integer >= 1"),
+    ):
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))) or not ok(value):
+            raise UserError(f"{key}={value!r}: must be {what}")
+    check_writable_dir(cfg.cache_dir, "cache_dir")
+
+
+def prepare_hint(name: str) -> str:
+    """How to build a benchmark's data: the prepare command, and whether its data config exists yet."""
+    command = f"python -m sarl.data.prepare dataset={name}"
+    if not (DATA_CONF / f"{name}.yaml").is_file():
+        command += f" (conf/data/{name}.yaml is not written yet: add it first)"
+    return command
+
+
+def check_runnable(plan: Plan, data_dir: str | Path) -> None:
+    """A UserError naming the first benchmark whose data is missing (and how to prepare it)."""
+    for e in plan.entries:
+        path = benchmark_path(data_dir, e.name)
+        if not path.exists():
+            raise UserError(
+                f"benchmark {e.name!r} of protocol {plan.protocol}: {path} does not exist; prepare it first "
+                f"({prepare_hint(e.name)}) or set paths.data_dir"
+            )
+
+
+def format_plan(plan: Plan, data_dir: str | Path) -> str:
+    """The plan as the dry run prints it: one line per benchmark run."""
+    groups = plan.groups()
+    lines = [
+        f"protocol {plan.protocol} ({plan.paper}): {len(plan.entries)} benchmark runs, {len(groups)} sampling "
+        f"setting(s); data under {data_dir}",
+    ]
+    header = ("benchmark", "kind", "scoring", "n", "k", "seeds", "metrics", "max_tokens", "temp", "top_p", "top_k")
+    rows = [header]
+    for e in plan.entries:
+        s = e.sampling
+        rows.append(
+            (
+                e.label,
+                e.kind,
+                SCORING[e.kind].split(" ")[0],
+                str(e.n),
+                ",".join(map(str, e.ks)) if e.kind != "wildbench" else "-",
+                str(e.seeds) if e.seeds else "-",
+                ",".join(e.metrics),
+                str(s.max_tokens),
+                f"{s.temperature:g}",
+                f"{s.top_p:g}",
+                str(s.top_k) if s.top_k else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    kwargs = {repr(e.sampling.chat_template_kwargs) for e in plan.entries}
+    lines.append(f"chat_template_kwargs: {', '.join(sorted(kwargs))}")
+    missing = [n for n in dict.fromkeys(e.name for e in plan.entries) if not benchmark_path(data_dir, n).exists()]
+    for n in missing:
+        lines.append(f"data missing: {n}: {prepare_hint(n)}")
+    if any(e.kind == "code" for e in plan.entries):
+        lines.append("code benchmarks: each sample's last code block runs against the tests (code.sandbox)")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Benchmark:
+    """A planned benchmark with its problems, as the stages of eval.run use it."""
+
+    name: str
+    kind: str  # "math" | "wildbench" | "code"
+    problems: list[Problem]
+    n_samples: int
+    plan: BenchmarkPlan | None = None
+
+    @property
+    def label(self) -> str:
+        return self.plan.label if self.plan else self.name
+
+
+def load_benchmarks(cfg: DictConfig, entries: Iterable[BenchmarkPlan]) -> list[Benchmark]:
+    """The problems of each planned benchmark (each file read once)."""
+    problems: dict[str, list[Problem]] = {}
+    out = []
+    for e in entries:
+        if e.name not in problems:
+            problems[e.name] = load_benchmark(benchmark_path(cfg.paths.data_dir, e.name), e.name, e.kind, cfg.limit)
+        out.append(Benchmark(e.name, e.kind, problems[e.name], e.n, e))
+        log.info("%s (%s): %d problems x %d samples", e.label, e.kind, len(problems[e.name]), e.n)
+    return out

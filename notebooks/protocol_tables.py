@@ -1,0 +1,65 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # EVOL-RL Table 1, GRP Table 1, Structured Reasoning Tables 2 and 4 from evaluation results
+#
+# Reads the `results.json` that `python -m eval.run ckpt=... protocol=<protocol> name=<row id>` writes, one
+# directory per row under `RESULTS` (the row ids are those of `notebooks/reported/<protocol>.yaml`, which holds
+# the paper's own numbers, typed from the cited table). Each table prints the paper's row and, under it, ours.
+# `<protocol>.md` and `<protocol>.csv` are written to `OUT`.
+#
+#     python notebooks/protocol_tables.py --results runs/eval --out runs/paper
+#
+# In Jupyter: `jupytext --to notebook notebooks/protocol_tables.py`, then set `SARL_RESULTS` / `SARL_OUT`.
+
+# %%
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
+import _paper as paper  # noqa: E402
+import _protocols as protocols  # noqa: E402
+
+RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
+OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+if not Path(RESULTS).is_dir():
+    raise SystemExit(f"results directory {RESULTS} does not exist; pass --results DIR (or set SARL_RESULTS)")
+
+# %% [markdown]
+# ## EVOL-RL Table 1: pass@1 / pass@16 of 32 rollouts (protocol `evol_rl`)
+
+# %%
+evol_rl = protocols.protocol_table("evol_rl", RESULTS)
+print(paper.markdown(evol_rl))
+
+# %% [markdown]
+# ## GRP Table 1: avg@3 / avg@16, 32K tokens on AIME and 8K elsewhere (protocol `grp`)
+
+# %%
+grp = protocols.protocol_table("grp", RESULTS)
+print(paper.markdown(grp))
+
+# %% [markdown]
+# ## Structured Reasoning Table 2 (Pass@1 per maximum response length) and Table 4 (over temperatures)
+
+# %%
+structured = protocols.protocol_table("structured", RESULTS)
+temperature = protocols.protocol_table("structured_temperature", RESULTS)
+for t in (structured, temperature):
+    print(paper.markdown(t))
+
+# %%
+tables = [evol_rl, grp, structured, temperature]
+written = [p for t in tables for p in paper.write(t, OUT)]
+print(f"wrote {len(written)} files to {OUT}")

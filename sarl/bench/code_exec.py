@@ -1,0 +1,138 @@
+"""Code execution throughput and worst cases: `eval.sandbox` on MBPP-like programs at the configured concurrency
+vs. what a user would write first (one plain `subprocess.run` per program, one at a time), and the slowest wall
+time of each hostile program kind under the limits of conf/reward/code_exec.yaml.
+
+The baseline has no limits, no isolation and no output cap: it is the floor of process start-up cost, not a
+safe alternative. Figures are medians of alternating repeats (`sarl.bench.common.alternate`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from eval.sandbox import Sandbox
+from sarl.bench.common import alternate, median
+
+# (solution, MBPP-style tests): ordinary programs of the size MBPP's solutions have.
+MBPP_LIKE = [
+    (
+        "def is_prime(n):\n    if n < 2:\n        return False\n    i = 2\n    while i * i <= n:\n"
+        "        if n % i == 0:\n            return False\n        i += 1\n    return True\n",
+        "assert is_prime(2)\nassert not is_prime(15)\nassert is_prime(97)\n",
+    ),
+    (
+        "def reverse_words(s):\n    return ' '.join(reversed(s.split()))\n",
+        "assert reverse_words('a b c') == 'c b a'\nassert reverse_words('x') == 'x'\n",
+    ),
+    (
+        "import heapq\ndef k_smallest(xs, k):\n    return heapq.nsmallest(k, xs)\n",
+        "assert k_smallest([5, 1, 4, 2], 2) == [1, 2]\nassert k_smallest([3], 1) == [3]\n",
+    ),
+    (
+        "from collections import Counter\ndef most_common_char(s):\n    return Counter(s).most_common(1)[0][0]\n",
+        "assert most_common_char('abracadabra') == 'a'\nassert most_common_char('zz') == 'z'\n",
+    ),
+    (
+        "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+        "assert fib(10) == 55\nassert fib(0) == 0\nassert fib(30) == 832040\n",
+    ),
+    (
+        "import re\ndef count_vowels(s):\n    return len(re.findall('[aeiou]', s.lower()))\n",
+        "assert count_vowels('Hello World') == 3\nassert count_vowels('xyz') == 0\n",
+    ),
+    (
+        "def max_subarray(xs):\n    best = cur = xs[0]\n    for x in xs[1:]:\n        cur = max(x, cur + x)\n"
+        "        best = max(best, cur)\n    return best\n",
+        "assert max_subarray([-2, 1, -3, 4, -1, 2, 1, -5, 4]) == 6\nassert max_subarray([-1]) == -1\n",
+    ),
+    (
+        "import math\ndef lcm(a, b):\n    return a * b // math.gcd(a, b)\n",
+        "assert lcm(4, 6) == 12\nassert lcm(7, 3) == 21\n",
+    ),
+]
+
+# Each hostile kind and the outcome the sandbox gives it.
+HOSTILE = {
+    "infinite loop": ("while True:\n    pass\n", "timeout"),
+    "sleep": ("import time\ntime.sleep(3600)\n", "timeout"),
+    "fork bomb": ("import os\nwhile True:\n    os.fork()\n", "blocked"),
+    "huge allocation": ("x = bytearray(64 * 1024 ** 3)\n", "memory"),
+    "os.system": ("import os\nos.system('echo escaped')\n", "blocked"),
+    "read /etc/passwd": ("print(open('/etc/passwd').read())\n", "blocked"),
+    "write /tmp": ("open('/tmp/sandbox_escape', 'w').write('x')\n", "blocked"),
+    "kill the parent": ("import os\nos.kill(os.getppid(), 9)\n", "blocked"),
+    "print a gigabyte": ("import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n", "output_limit"),
+    "syntax error": ("def f(:\n    pass\n", "syntax_error"),
+    "network": ("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n", "blocked"),
+}
+
+
+def plain_subprocess(jobs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
+    """The baseline: `python -c program+tests` per job, one after another; True where it exits 0."""
+    out = []
+    for program, tests in jobs:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", program + "\n" + tests], capture_output=True, timeout=timeout_s
+            )
+            out.append(done.returncode == 0)
+        except subprocess.TimeoutExpired:
+            out.append(False)
+    return out
+
+
+def run_code_exec(cfg: DictConfig, console: Console) -> dict:
+    settings = OmegaConf.to_container(cfg.reward.sandbox, resolve=True)
+    sandbox = Sandbox(**settings)
+    workers = cfg.reward.max_workers
+    jobs = [MBPP_LIKE[i % len(MBPP_LIKE)] for i in range(cfg.programs)]
+    console.print(f"sandbox: {sandbox.isolation}; python {sandbox.python}; max_workers {workers or 'min(8, cores)'}")
+    ok_ours = [r.outcome for r in sandbox.run_many(jobs, workers)]  # warm-up and correctness (not timed)
+    ok_plain = plain_subprocess(jobs, sandbox.timeout_s)
+    times = alternate(
+        {
+            "sandbox, concurrent": lambda: sandbox.run_many(jobs, workers),
+            "sandbox, one at a time": lambda: sandbox.run_many(jobs, 1),
+            "plain subprocess.run, one at a time": lambda: plain_subprocess(jobs, sandbox.timeout_s),
+        },
+        cfg.repeats,
+    )
+    rates = {name: len(jobs) / median(ts) for name, ts in times.items()}
+    base = rates["plain subprocess.run, one at a time"]
+    table = Table(title=f"{len(jobs)} MBPP-like programs, median of {cfg.repeats} alternating repeats")
+    for col in ("side", "programs/s", "vs plain sequential", "all passed"):
+        table.add_column(col, justify="right")
+    for name, rate in rates.items():
+        passed = all(o == "passed" for o in ok_ours) if name.startswith("sandbox") else all(ok_plain)
+        table.add_row(name, f"{rate:.1f}", f"{rate / base:.2f}x", str(passed))
+    console.print(table)
+
+    hostile: dict[str, dict] = {}
+    for kind, (program, expected) in HOSTILE.items():
+        runs = [sandbox.run(program, "assert True\n") for _ in range(cfg.hostile_repeats)]
+        outcomes = sorted({r.outcome for r in runs})
+        hostile[kind] = {"worst_wall_s": max(r.wall_s for r in runs), "outcomes": outcomes, "expected": expected}
+    table = Table(
+        title=f"hostile programs: worst wall time of {cfg.hostile_repeats} runs (timeout {sandbox.timeout_s} s)"
+    )
+    for col in ("program", "worst wall s", "outcome", "as expected"):
+        table.add_column(col, justify="right")
+    for kind, row in hostile.items():
+        table.add_row(
+            kind, f"{row['worst_wall_s']:.2f}", ", ".join(row["outcomes"]), str(row["outcomes"] == [row["expected"]])
+        )
+    console.print(table)
+    return {
+        "programs": len(jobs),
+        "isolation": sandbox.isolation,
+        "max_workers": workers,
+        "seconds": times,
+        "programs_per_s": rates,
+        "all_passed": all(o == "passed" for o in ok_ours),
+        "hostile": hostile,
+    }

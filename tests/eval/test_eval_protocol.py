@@ -1,0 +1,222 @@
+"""Evaluation protocols (conf/eval/protocol/, eval.protocol): each paper's plan as the paper states it, the dry
+run, the one-line errors for missing data, and a whole protocol run (a seed sweep over two
+response caps) against a loopback OpenAI-compatible server whose answers make the metrics known in advance."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from eval_helpers import REPO, FakeChatServer, chat_reply, fixture_rows, write_benchmarks
+
+from eval import run as eval_run
+from eval.generate import sample_seed
+from eval.protocol import resolve_plan, sampling_config
+
+PROTOCOLS = ("sarl", "evol_rl", "grp", "structured", "structured_temperature")
+
+
+def plan_of(protocol, *overrides):
+    return resolve_plan(eval_run.compose_eval_config(["ckpt=x", f"protocol={protocol}", *overrides]))
+
+
+def by_label(plan):
+    return {e.label: e for e in plan.entries}
+
+
+def test_every_protocol_file_composes_and_resolves():
+    assert sorted(p.stem for p in (eval_run.CONF_DIR / "eval" / "protocol").glob("*.yaml")) == sorted(PROTOCOLS)
+    for name in PROTOCOLS:
+        plan = plan_of(name)
+        assert plan.protocol == name and plan.entries
+
+
+def test_sarl_is_the_default_and_reads_conf_eval_yaml():
+    cfg = eval_run.compose_eval_config(["ckpt=x"])
+    plan = resolve_plan(cfg)
+    assert plan.protocol == "sarl" and len(plan.groups()) == 1
+    assert [e.name for e in plan.entries] == ["aime25", "amc23", "math500", "minerva_math", "wildbench_v2"]
+    assert all(e.sampling == sampling_config(cfg) for e in plan.entries)  # the one sampling of conf/eval.yaml
+    assert [(e.n, e.metrics) for e in plan.entries[:4]] == [(8, ("avg@k",))] * 4
+    assert (plan.entries[4].kind, plan.entries[4].n) == ("wildbench", 1)
+    custom = plan_of("sarl", "benchmarks.math=[toy_aime]", "benchmarks.wildbench=[]", "sampling.n=2")
+    assert [(e.name, e.n) for e in custom.entries] == [("toy_aime", 2)]
+
+
+def test_evol_rl_pass_at_1_and_16_of_32_rollouts():
+    plan = plan_of("evol_rl")
+    assert [e.name for e in plan.entries] == ["math500", "aime24", "aime25", "amc23", "gpqa_diamond"]
+    for e in plan.entries:
+        assert (e.kind, e.n, e.metrics, e.ks) == ("math", 32, ("pass@1", "pass@16"), [1, 16])
+        assert (e.sampling.temperature, e.sampling.max_tokens) == (0.6, 12288)  # EVOL-RL App. C.6 Table 2, C.2
+
+
+def test_grp_avg_at_3_and_16_with_32k_on_aime():
+    plan = by_label(plan_of("grp"))
+    n = {name: e.n for name, e in plan.items()}
+    assert n == {
+        "gsm8k": 3,
+        "math500": 3,
+        "livecodebench_v5": 3,
+        "amc23": 16,
+        "aime24": 16,
+        "aime25": 16,
+        "mbpp": 16,
+        "mbpp_plus": 16,
+        "humaneval": 16,
+        "humaneval_plus": 16,
+    }
+    assert all(e.metrics == ("avg@k",) for e in plan.values())
+    caps = {name: e.sampling.max_tokens for name, e in plan.items()}
+    assert caps.pop("aime24") == caps.pop("aime25") == 32768 and set(caps.values()) == {8192}
+    assert {name for name, e in plan.items() if e.kind == "code"} == {
+        "mbpp",
+        "mbpp_plus",
+        "humaneval",
+        "humaneval_plus",
+        "livecodebench_v5",
+    }
+
+
+def test_structured_pass_at_1_over_seeds_at_five_caps():
+    plan = plan_of("structured")
+    names = list(dict.fromkeys(e.name for e in plan.entries))
+    assert names == ["aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench", "drop", "lsat_ar", "mmlu"]
+    caps = sorted({e.sampling.max_tokens for e in plan.entries})
+    assert caps == [512, 1024, 2048, 4096, 8192] and len(plan.entries) == 9 * 5 and len(plan.groups()) == 5
+    for e in plan.entries:
+        assert e.seeds == (10 if e.name in ("aime24", "aime25", "amc23") else 3)
+        assert e.metrics == ("pass@1_seeds",) and e.sampling.temperature == 0.6
+    assert "math500/max_tokens=512" in by_label(plan)
+
+
+def test_structured_temperature_table():
+    plan = plan_of("structured_temperature")
+    assert list(dict.fromkeys(e.name for e in plan.entries)) == ["math500", "olympiadbench", "lsat_ar"]
+    temps = sorted({e.sampling.temperature for e in plan.entries})
+    assert temps == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    assert {e.sampling.max_tokens for e in plan.entries} == {8192} and {e.seeds for e in plan.entries} == {3}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_dry_run_prints_the_plan_without_a_checkpoint(protocol, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "eval.run", f"protocol={protocol}", "dry_run=true", f"paths.data_dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.startswith(f"protocol {protocol} (")
+    assert "benchmark" in out and "max_tokens" in out and "seeds" in out and "top_p" in out
+    for e in plan_of(protocol).entries:
+        assert f"\n{e.label} " in out
+        assert f"data missing: {e.name}: python -m sarl.data.prepare dataset={e.name}" in out
+    if protocol == "grp":
+        assert "dataset=gsm8k\n" in out  # conf/data/gsm8k.yaml exists: no "not written yet"
+        assert "code benchmarks: each sample's last code block runs against the tests (code.sandbox)" in out
+
+
+def test_user_errors_are_one_line(tmp_path, caplog):
+    data = tmp_path / "data"
+    args = ["ckpt=x", "generator=openai", "generator.url=http://127.0.0.1:9/v1", f"paths.data_dir={data}"]
+    args += [f"paths.root={tmp_path}", "logger=none"]
+    assert eval_run.main([*args, "protocol=nope"]) == 2
+    assert "protocol='nope'; choose one of: evol_rl, grp, sarl, structured, structured_temperature" in caplog.text
+    caplog.clear()
+    assert eval_run.main([*args, "protocol=evol_rl"]) == 2
+    assert (
+        f"benchmark 'math500' of protocol evol_rl: {data}/math500/test.parquet does not exist; prepare it first "
+        "(python -m sarl.data.prepare dataset=math500) or set paths.data_dir" in caplog.text
+    )
+    caplog.clear()
+    assert eval_run.main([*args, "protocol=evol_rl", "only=[gpqa_diamond]"]) == 2
+    assert "(python -m sarl.data.prepare dataset=gpqa_diamond) or set paths.data_dir" in caplog.text
+    caplog.clear()
+    assert eval_run.main([*args, "protocol=grp", "only=[mbpp]"]) == 2
+    assert f"benchmark 'mbpp' of protocol grp: {data}/mbpp/test.parquet does not exist" in caplog.text
+    caplog.clear()
+    assert eval_run.main([*args, "protocol=grp", "only=[aime23]"]) == 2
+    assert "only=['aime23']: ['aime23'] not in protocol grp" in caplog.text
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+# -- a whole protocol run --------------------------------------------------------------------------------------
+
+SEEDS = 4
+CAPS = (32, 256)  # below 64 tokens the server truncates every response (no answer)
+
+
+def answering_server():
+    """toy_aime: aime-1 always right; aime-2 right only for sample 0. A cap below 64 tokens truncates."""
+    rows = {r["question"]: r for r in fixture_rows() if r["benchmark"] == "toy_aime"}
+    sample_of = {
+        (row["id"], sample_seed(0, "toy_aime", row["id"], i)): i for row in rows.values() for i in range(SEEDS)
+    }
+
+    def respond(server, body):
+        row = rows[body["messages"][-1]["content"]]
+        if body["max_tokens"] < 64:
+            return 200, chat_reply("<think>\nStill thinking", "length", {"completion_tokens": body["max_tokens"]})
+        i = sample_of[(row["id"], body["seed"])]
+        answer = row["gold"] if row["id"] == "aime-1" or i == 0 else "7"
+        return 200, chat_reply(f"<think>\nWork.\n</think>\n\n$\\boxed{{{answer}}}$", "stop", {"completion_tokens": 9})
+
+    return FakeChatServer(respond)
+
+
+def test_a_protocol_run_scores_its_metrics_per_setting(tmp_path):
+    data = tmp_path / "data"
+    write_benchmarks(data, fixture_rows())
+    server = answering_server()
+    metrics = "['pass@1_seeds','pass@2','avg@k']"
+    args = [
+        "ckpt=tiny",
+        "protocol=structured",
+        f"protocol.benchmarks=[{{names:[toy_aime],kind:math,n:{SEEDS},metrics:{metrics}}}]",
+        f"protocol.sweep.max_tokens=[{CAPS[0]},{CAPS[1]}]",
+        "generator=openai",
+        f"generator.url={server.url}",
+        "generator.concurrency=2",
+        f"paths.root={tmp_path}",
+        f"paths.data_dir={data}",
+        f"run_dir={tmp_path / 'run'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "structure.enabled=false",
+        "logger=none",
+    ]
+    try:
+        assert eval_run.main(args) == 0
+        assert len(server.requests) == 2 * SEEDS * len(CAPS)
+        assert {b["max_tokens"] for b in server.requests} == set(CAPS)
+        assert {b["temperature"] for b in server.requests} == {0.6} and all("top_k" not in b for b in server.requests)
+        results = json.loads((tmp_path / "run" / "results.json").read_text())
+        assert eval_run.main([*args, f"run_dir={tmp_path / 'again'}"]) == 0
+        assert len(server.requests) == 2 * SEEDS * len(CAPS)  # the second run is served from the cache
+    finally:
+        server.close()
+    assert results["protocol"]["name"] == "structured" and results["protocol"]["paper"] == "Structured Reasoning"
+    benches = results["math"]["benchmarks"]
+    assert set(benches) == {f"toy_aime/max_tokens={c}" for c in CAPS}
+    full = benches["toy_aime/max_tokens=256"]["metrics"]
+    # per seed: 100, 50, 50, 50 -> 62.5 ± 25 (ddof=1); pass@2 = (1 + (1 - C(3,2)/C(4,2))) / 2 = 75
+    assert full["pass@1_mean"] == pytest.approx(62.5) and full["pass@1_std"] == pytest.approx(25.0)
+    assert full["pass@1_per_seed"] == [100.0, 50.0, 50.0, 50.0]
+    assert full["pass@2"] == pytest.approx(75.0) and full["avg@4"] == pytest.approx(62.5)
+    cut = benches["toy_aime/max_tokens=32"]
+    assert cut["metrics"]["pass@1_mean"] == 0.0 and cut["truncation_rate"] == 100.0
+    sweep = results["math"]["sweep"]["toy_aime"]
+    assert sweep["metric"] == "pass@1_mean" and sweep["values"] == {"32": 0.0, "256": 62.5}
+    assert sweep["mean"] == pytest.approx(31.25) and sweep["std"] == pytest.approx(62.5 / 2**0.5)
+    assert set(results["math"]["overall"]) == {"max_tokens=32", "max_tokens=256"}
+    plan = {e["label"]: e for e in results["protocol"]["benchmarks"]}
+    assert (
+        plan["toy_aime/max_tokens=32"]["sampling"]["max_tokens"] == 32 and plan["toy_aime/max_tokens=32"]["seeds"] == 4
+    )
+    markdown = (tmp_path / "run" / "results.md").read_text()
+    assert "| toy_aime/max_tokens=256 | 4 | 256 | 0.6 | 62.50 ± 25.00 | 75.00 | 62.50 |" in markdown
+    assert "| toy_aime | pass@1_mean | 0.00 | 62.50 | 31.25 ± 44.19 |" in markdown
+    problems = [json.loads(line) for line in (tmp_path / "run" / "problems.jsonl").read_text().splitlines()]
+    assert {p["benchmark"] for p in problems} == set(benches)
