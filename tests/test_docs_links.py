@@ -151,3 +151,13 @@ def test_the_citation_pattern_matches_the_old_forms_only():
     ]
     assert all(OUTSIDE.search(s) for s in old)
     assert not any(OUTSIDE.search(s) for s in ["SPECIALS = [...]", "decisions §1.3", "seed: 0", "seeds 0-3"])
+
+
+README_MAX_LINES = 150
+
+
+def test_the_readme_stays_short():
+    """The README is the front page: the two set-up commands, the user commands, the rows, design and measured
+    figures, at most README_MAX_LINES lines; details belong in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"

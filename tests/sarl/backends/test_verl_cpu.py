@@ -45,12 +45,24 @@ class Run:
         return {int(r["step"]): r for r in self.history()}
 
 
+SHARED: dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True)
+def shared_policy_cache(policy_cache):
+    """The session's policy cache (tests/conftest.py): the tiny policies are built once for every test of the session,
+    not again in the repository's runs/ directory."""
+    SHARED["policy_cache"] = policy_cache
+
+
 def run_row(run_dir: Path, row: str, *overrides: str, env: dict[str, str] | None = None) -> Run:
     """`python -m sarl.train +exp=ROW backend=verl_cpu run_dir=... OVERRIDES`; its output in `run_dir.log`. With
     `SARL_VERL_CPU_TIMINGS=FILE` set, the command's wall time, its step times and the peak of the summed
     proportional memory (PSS) of its process tree go to FILE as one JSON line (docs/results.md)."""
     log_path = run_dir.with_suffix(".log")
     cmd = [sys.executable, "-m", "sarl.train", f"+exp={row}", "backend=verl_cpu", f"run_dir={run_dir}", *overrides]
+    if "policy_cache" in SHARED:
+        cmd.append(f"++model.build.cache_dir={SHARED['policy_cache']}")
     start = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -307,6 +319,25 @@ def test_grpo_lcs_maxflow_math_joint_reward_with_masking_and_tag_resampling(tmp_
 # responses without a right one happen about once in 4,000 runs
 SPARSE_STEPS = "train.total_training_steps=6"
 TOP_K = "+backend.overrides.actor_rollout_ref.rollout.top_k=20"
+
+
+def test_grpo_code_exec_runs_each_response_in_the_sandbox(tmp_path):
+    """The code rows' plumbing: the smoke code prompts with their tests as gold (smoke_code), reward=code_exec in
+    verl's reward workers running each response's last code block in the sandbox (eval/sandbox.py). The tiny
+    policy has never seen code: its responses get an outcome each (all `code/no_code_block` so far, so no program
+    is executed here: the sandbox's own runs are tests/eval/test_sandbox.py's), scored 0 and counted, none a failed
+    reward; with every score 0 nothing is learnt, which only a code model changes."""
+    run = run_row(tmp_path / "code", "grpo_code_exec")
+    assert run.rc == 0, tail(run)
+    by_step = run.steps()
+    for step in (1, 2):
+        row = by_step[step]
+        assert row["reward/failed"] == 0, row
+        shares = {k: v for k, v in row.items() if k.startswith("reward/code/") and k.endswith("/mean")}
+        assert shares and math.isclose(sum(shares.values()), 1.0), shares  # one outcome per response
+        assert math.isfinite(float(row["actor/pg_loss"]))
+    config = (run.run_dir / "verl_trainer.yaml").read_text()
+    assert "baselines.code_exec.CodeExecReward" in config or "code_exec" in config
 
 
 def pd_prompts(run_dir: Path) -> list[str]:
