@@ -566,15 +566,6 @@ def test_a_rewards_failed_error_in_a_ray_actor_is_found_behind_rays_error(transf
     assert rewards_failed(RuntimeError("other")) is None
 
 
-def test_the_trainer_module_registers_pasc_grpos_advantage_estimator():
-    """verl computes advantages in the TaskRunner process, which imports this module."""
-    from verl.trainer.ppo import core_algos
-
-    import sarl.backends.verl.trainer  # noqa: F401
-
-    assert "scae" in core_algos.ADV_ESTIMATOR_REGISTRY
-
-
 @pytest.mark.slow
 def test_truncated_responses_are_left_out_of_reward_and_gradient_when_masking_is_on(
     transfer_queue, tmp_path, tiny_qwen3_dir, byte_tokenizer, monkeypatch
