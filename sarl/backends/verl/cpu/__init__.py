@@ -112,7 +112,7 @@ def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
         out["data.max_response_length"] = RESPONSE_TOKENS.get(fmt)  # the smoke set's 192 for plain responses
         if (cfg.get("format_check") or {}).get("parser"):  # the tiny policy's graphs often fail: check, report, go on
             out["format_check.min_share"] = 0.0
-            out["format_check.max_new_tokens"] = RESPONSE_TOKENS.get(fmt, 192)
+            out["format_check.max_new_tokens"] = "${data.max_response_length}"  # what the rollout may write
         if cfg.reward.get("embedder") is not None and "embedding" in named:
             pass  # the command's embedder (e.g. the vLLM server) stays
         elif cfg.reward.get("embedder") is not None:
