@@ -228,6 +228,7 @@ class SarlTrainer(PPOTrainerSync):
         self.max_failed_steps = int(max_failed) if max_failed is not None else None  # train.max_failed_steps
         self.failed_streak = 0  # consecutive training batches with no usable reward
         self._skipped_keys: set[str] = set()  # keys of this step's batches that were not trained on
+        self._tags_redrawn = (0, 0)  # this step's prompts whose tag set changed, of those redrawn (_redraw_tags)
         register_adv_estimator(config)
         ours = config.trainer.v1.get(TRAINER_NAME, {})
         self.mask_truncated = bool(ours.get("mask_truncated", False))
@@ -424,7 +425,7 @@ class SarlTrainer(PPOTrainerSync):
 
     def _compute_metrics(self, batch: KVBatchMeta, metrics, timing_raw, global_steps, epoch) -> None:
         if self.resample_tags_seed is not None:  # this step's prompts whose tag set the redraw changed (_redraw_tags)
-            changed, total = getattr(self, "_tags_redrawn", (0, 0))
+            changed, total = self._tags_redrawn
             metrics.update({"data/tag_sets_changed": float(changed), "data/tag_sets_drawn": float(total)})
         skipped, self._skipped_keys = self._skipped_keys, set()
         if skipped:  # verl's data metrics need the fields of a trained batch (advantages, returns, ...)
