@@ -8,7 +8,7 @@ benchmarks as accuracies (avg@k), so the default score is all-pass: 1.0 when eve
 
 Ground truth per row: `{"tests": SOURCE}`, SOURCE Python that raises on a failure (MBPP's `assert` lines;
 HumanEval's `check(entry_point)` appended when the set is prepared). The code block is looked for in the final
-answer part (`eval.grading.strip_thinking`: after `</think>`).
+answer part (`eval.grading.extract.strip_thinking`: after `</think>`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from collections import Counter
 from typing import Any
 
-from eval.grading import strip_thinking
+from eval.grading.extract import strip_thinking
 from eval.sandbox import OUTCOMES, SCORE_MODES, RunResult, Sandbox, check_tests, last_code_block
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,11 @@ from collections import Counter
 
 import numpy as np
 
-from eval.grading import Grader, default_grader, extract_answers, strip_thinking
-from sarl.embed.base import Embedder, embed_rows
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.steps import sanitize
+from eval.grading.extract import extract_answers, strip_thinking
+from eval.grading.grader import Grader, default_grader
+from sarl.structure.embed.base import Embedder, embed_rows
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.structure.steps import sanitize
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ MODES = ("math", "open_ended")
 
 
 def final_answer_text(text: str, answer_in_unclosed_think: bool = False) -> str | None:
-    """The final answer of an open-ended response (`eval.grading.strip_thinking`, the rule of the math
+    """The final answer of an open-ended response (`eval.grading.extract.strip_thinking`, the rule of the math
     answers): the text after the last `</think>`; the whole response if it has no think tags; None if the
     thinking never closed (truncated; the whole response with `answer_in_unclosed_think`) or the answer is
     empty."""
@@ -98,14 +99,14 @@ class EMPOReward(RewardFunction):
         self.high = float(high)
         self.embedder = embedder
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can or if there is
-        none (the math setting groups answers by equivalence and embeds nothing)."""
+        """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can or
+        if there is none (the math setting groups answers by equivalence and embeds nothing)."""
         if self.embedder is None:
             return None
-        from sarl.reward import embedder_problem
+        from sarl.structure.reward import embedder_problem
 
         return embedder_problem(self.embedder)
 

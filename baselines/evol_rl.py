@@ -27,10 +27,11 @@ import re
 import numpy as np
 
 from baselines.ttrl import majority_vote
-from eval.grading import Grader, default_grader, extract_answers
-from sarl.embed.base import Embedder, embed_rows
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.steps import extract_reasoning, sanitize
+from eval.grading.extract import extract_answers
+from eval.grading.grader import Grader, default_grader
+from sarl.structure.embed.base import Embedder, embed_rows
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.structure.steps import extract_reasoning, sanitize
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +121,11 @@ class EvolRLReward(RewardFunction):
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
-        from sarl.reward import embedder_problem
+        """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
+        from sarl.structure.reward import embedder_problem
 
         return embedder_problem(self.embedder)
 

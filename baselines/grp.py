@@ -37,7 +37,7 @@ Decisions where the paper is silent (decisions §4):
   Sec. 3.2.1), end = the answer node = the last node (in text order); ~> is reflexive (a node reaches
   itself), so a one-node graph has R_reach = R_rev = 1 when that node is known.
 - empty denominators give 1 for R_dens, R_topo and R_para (nothing violated); R_ers = 0 when there is no
-  start ~> end path or the nodes hold no tokens; token counts via `sarl.token_count` (the policy
+  start ~> end path or the nodes hold no tokens; token counts via `sarl.structure.token_count` (the policy
   tokenizer when configured, else whitespace words).
 - default weights uniform (0.2 each).
 - accuracy: the `\\boxed{}` inside the last `<answer>` block, or the block's whole text when it has none,
@@ -69,17 +69,14 @@ import numpy as np
 from baselines.code_exec import DIAGNOSTIC_KEYS as CODE_DIAGNOSTIC_KEYS
 from baselines.code_exec import CodeExecReward
 from baselines.ground_truth import GroundTruthReward
-from baselines.pasc_grpo import (  # noqa: F401 (the SCAE names stay importable from here)
-    SCAE_ESTIMATOR,
+from baselines.pasc_grpo import (
     pack_scae,
-    register_verl,
-    scae_advantages,
-    unpack_scae,
 )
-from eval.grading import Grader, default_grader, extract_answer
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
-from sarl.token_count import TokenCounter
+from eval.grading.extract import extract_answer
+from eval.grading.grader import Grader, default_grader
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
+from sarl.structure.token_count import TokenCounter
 
 log = logging.getLogger(__name__)
 

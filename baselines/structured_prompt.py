@@ -30,8 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
-from eval.grading import extract_answer
-from sarl.steps import THINK_CLOSE, THINK_OPEN, sanitize
+from eval.grading.extract import extract_answer
+from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 # Structured Reasoning App. A.14, in the prompt's order.
 TAGS: tuple[str, ...] = (
@@ -248,15 +248,15 @@ def parse_structured(response: str, mode: str = "tags") -> StructuredResponse:
     return StructuredResponse(
         text=text,
         mode=mode,
-        steps=steps,
         answer=answer,
         answer_start=answer_start,
+        steps=steps,
+        tag_counts=Counter(s.tag for s in steps if s.tag),
         closed=closed,
         truncated=truncated,
         no_think=no_think,
         untagged_prefix=untagged_prefix,
         unknown_tags=unknown,
-        tag_counts=Counter(s.tag for s in steps if s.tag),
     )
 
 

@@ -23,8 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
-from eval.grading import Grader, default_grader, extract_answers, gold_answers
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
+from eval.grading.extract import extract_answers
+from eval.grading.gold import gold_answers
+from eval.grading.grader import Grader, default_grader
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ class TTRLReward(RewardFunction):
         self.n_samples = n_samples
         self.seed = seed
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract_answer's switch
+        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
         self.warning_counts: Counter[str] = Counter()
 
     def training_rows(self, group_ids: Sequence[str]) -> list[int]:

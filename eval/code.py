@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from eval.cache import SampleCache, stable_hash, text_hash
-from sarl.errors import UserError
+from sarl.runtime.errors import UserError
 
 if TYPE_CHECKING:
     from eval.protocol import Benchmark
@@ -48,7 +48,7 @@ def run_code(cfg: DictConfig, benchmarks: Sequence[Benchmark], texts: Mapping[Ke
     run now in the sandbox (`cfg.code`)."""
     from tqdm import tqdm
 
-    from eval.grading import strip_thinking
+    from eval.grading.extract import strip_thinking
     from eval.sandbox import Sandbox, last_code_block
 
     code_benchmarks = [b for b in benchmarks if b.kind == "code"]

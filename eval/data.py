@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from eval.cache import stable_hash
-from eval.grading import gold_answers
+from eval.grading.gold import gold_answers
 from eval.sandbox import check_tests
-from sarl.errors import UserError
+from sarl.runtime.errors import UserError
 
 KINDS = ("math", "wildbench", "code")
 

@@ -13,7 +13,7 @@ import hashlib
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +119,13 @@ class VLLMGenerator(Generator):
         self,
         model: str,
         sampling: SamplingConfig,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        dtype: str = "auto",
         enforce_eager: bool = False,
-        chunk_size: int = 1024,
         seed: int = 0,
+        chunk_size: int = 1024,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         from vllm import LLM
@@ -134,10 +134,10 @@ class VLLMGenerator(Generator):
         self.chunk_size = max(1, int(chunk_size))
         self.llm = LLM(
             model=model,
+            dtype=dtype,
+            max_model_len=max_model_len,
             tensor_parallel_size=int(tensor_parallel_size),
             gpu_memory_utilization=float(gpu_memory_utilization),
-            max_model_len=max_model_len,
-            dtype=dtype,
             enforce_eager=bool(enforce_eager),
             seed=int(seed),
             **(engine_kwargs or {}),
@@ -192,26 +192,25 @@ class OpenAIChatGenerator(Generator):
     build). The server applies the checkpoint's chat template; `top_k` and `chat_template_kwargs` are vLLM
     extensions (set `top_k: null` and clear `chat_template_kwargs` for servers that reject them). Token
     counts come from the reply's `usage`; if a server gives none, `count_tokens` (the checkpoint's tokenizer)
-    counts the text, and the record says so."""
+    counts the text, and the record says so. `client`: the settings of its `eval.openai_client.ChatClient`
+    (api_key, timeout_s, max_retries, backoff_s, ...), over CLIENT_DEFAULTS."""
 
     name = "openai"
+    CLIENT_DEFAULTS: ClassVar[dict[str, Any]] = {"timeout_s": 3600.0, "max_retries": 5, "backoff_s": 1.0}
 
     def __init__(
         self,
         url: str,
         model: str,
         sampling: SamplingConfig,
-        api_key: str | None = None,
         concurrency: int = 32,
-        timeout_s: float = 3600.0,
-        max_retries: int = 5,
-        backoff_s: float = 1.0,
         extra_body: dict[str, Any] | None = None,
         count_tokens: Callable[[str], int] | None = None,
+        **client: Any,
     ) -> None:
         from eval.openai_client import ChatClient
 
-        self.client = ChatClient(url, api_key, timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s)
+        self.client = ChatClient(url, **{**self.CLIENT_DEFAULTS, **client})
         self.model = model
         self.sampling = sampling
         self.concurrency = int(concurrency)
@@ -372,12 +371,12 @@ def openai_generator(
     from pathlib import Path
 
     from eval.openai_client import api_key_from_env
-    from sarl.token_count import TokenCounter
+    from sarl.structure.token_count import TokenCounter
 
     served = str(model or run.name)
     started = None
     if str(url) == "auto":
-        from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
+        from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
 
         s = dict(server or {})
         cpu = bool(s.pop("cpu", False))

@@ -186,21 +186,20 @@ def run_lm_eval(
             derived[leaf] = cfg["task"]
             specs.append(cfg)
     log.info("lm-eval avg@%d on %s with %s", k, ", ".join(derived), model_type)
+    # python's, numpy's, torch's and the few-shot sampler's generators, all seeded with `seed`
+    seeds = dict.fromkeys(("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed"), seed)
     results = lm_eval.simple_evaluate(
         model=model_type,
         model_args=dict(model_args),
         tasks=specs,
         task_manager=manager,
+        bootstrap_iters=0,
+        log_samples=True,
         apply_chat_template=apply_chat_template,
         system_instruction=system_instruction,
         limit=limit,
         batch_size=batch_size,
-        log_samples=True,
-        bootstrap_iters=0,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=seed,
-        fewshot_random_seed=seed,
+        **seeds,
     )
     if results is None:  # not rank 0
         return {}

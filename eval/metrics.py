@@ -2,7 +2,7 @@
 n samples, and pass@1 as mean ± std over seeds. All in percent.
 
 - avg@k (SARL Sec. 4.1; GRP Sec. 4.1): per problem the mean 0/1 correctness of its k samples, then the mean over
-  problems (`eval.grading.avg_at_k`).
+  problems (`eval.grading.scores.avg_at_k`).
 - pass@k from n >= k samples of which c are correct: 1 - C(n-c, k) / C(n, k), the unbiased estimator of Chen et
   al. 2021 (*Evaluating Large Language Models Trained on Code*, arXiv:2107.03374, Sec. 2.1), computed as their
   numpy code does, as a product that never forms the binomials; then the mean over problems (EVOL-RL Table 1:
@@ -76,7 +76,7 @@ def check_metric(name: str, n: int) -> None:
 def benchmark_metrics(correct: Sequence[Sequence[bool]], metrics: Sequence[str]) -> dict[str, float | list | None]:
     """The named metrics (`avg@<n>`, `pass@K`, `pass@1_mean` / `pass@1_std` / `pass@1_per_seed`) of one benchmark,
     from each problem's samples' correctness."""
-    from eval.grading import avg_at_k
+    from eval.grading.scores import avg_at_k
 
     n = len(correct[0]) if correct else 0
     out: dict[str, float | list | None] = {}

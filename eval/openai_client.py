@@ -2,9 +2,9 @@
 
 Retries with jittered exponential backoff on 408, 409, 425, 429, 500, 502-504, timeouts, connection errors
 and a 200 whose body is not JSON (a `Retry-After` header replaces the backoff); any other status fails at once.
-Each attempt has a total deadline of `timeout_s` (`sarl.http_client.JSONClient`), and after `breaker_failures`
+Each attempt has a total deadline of `timeout_s` (`sarl.runtime.http_client.JSONClient`), and after `breaker_failures`
 consecutive connection failures a circuit breaker fails requests at once for `breaker_cooldown_s`, then lets
-one probe through (`sarl.http_client.CircuitBreaker`). `run_concurrently` maps a
+one probe through (`sarl.runtime.http_client.CircuitBreaker`). `run_concurrently` maps a
 function over items on a thread pool with a progress bar and hands every result or error to a callback as it
 arrives, so callers can cache each one before the next finishes.
 """
@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     import httpx
 
-    from sarl.http_client import AttemptFailure
+    from sarl.runtime.http_client import AttemptFailure
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class ChatClient:
         breaker_failures: int | None = 5,
         breaker_cooldown_s: float = 30.0,
     ) -> None:
-        from sarl.http_client import BreakerPolicy, CircuitBreaker, JSONClient, RetryPolicy
+        from sarl.runtime.http_client import BreakerPolicy, CircuitBreaker, JSONClient, RetryPolicy
 
         self.base = api_base(url)
         self.timeout_s = float(timeout_s)
@@ -93,7 +93,7 @@ class ChatClient:
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The JSON reply to one chat request; ChatRequestError when it fails for good."""
-        from sarl.http_client import RequestFailed
+        from sarl.runtime.http_client import RequestFailed
 
         url = f"{self.base}/chat/completions"
         try:
@@ -125,7 +125,7 @@ class ChatClient:
 
 def _json_body(reply: httpx.Response) -> dict[str, Any]:
     """The JSON of a 2xx reply; a body that is not JSON is worth another try."""
-    from sarl.http_client import UnusableResponse
+    from sarl.runtime.http_client import UnusableResponse
 
     try:
         return reply.json()

@@ -22,14 +22,15 @@ from omegaconf import DictConfig, OmegaConf
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import SamplingConfig
 from eval.metrics import check_metric
-from sarl.errors import UserError, check_writable_dir
+from sarl.runtime.errors import UserError, check_writable_dir
+from sarl.runtime.files import CONF_DIR
 
 log = logging.getLogger(__name__)
 
 KINDS = ("math", "wildbench", "code")
 SCORING = {"math": "answer graded (eval.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig))
-DATA_CONF = Path(__file__).resolve().parent.parent / "conf" / "data"
+DATA_CONF = CONF_DIR / "data"
 
 
 @dataclass(frozen=True)

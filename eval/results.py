@@ -81,7 +81,7 @@ def structure_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def summarise_math(name: str, problems: Sequence[Mapping[str, Any]], k: int) -> dict[str, Any]:
     """Per-benchmark figures from per-problem rows (each with `samples`: correct, n_tokens, truncated, ...)."""
-    from eval.grading import avg_at_k
+    from eval.grading.scores import avg_at_k
 
     samples = [s for p in problems for s in p["samples"]]
     tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
@@ -467,7 +467,7 @@ def log_wandb(
 
     import wandb
 
-    from sarl.runs import wandb_offline_unless_logged_in
+    from sarl.runtime.runs import wandb_offline_unless_logged_in
 
     env = dict(os.environ)
     wandb_offline_unless_logged_in(env)  # offline without an API key

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -208,26 +208,27 @@ def parse_judgement(text: str | None) -> tuple[float | None, str | None]:
 
 class Judge:
     """An OpenAI-compatible chat endpoint as WildBench judge (GPT-4o as the leaderboard uses, or a local
-    vLLM judge): temperature 0, 1024 tokens, JSON mode, as WildBench's own evaluation."""
+    vLLM judge): temperature 0, 1024 tokens, JSON mode, as WildBench's own evaluation. `client`: the settings
+    of its `eval.openai_client.ChatClient` (api_key, timeout_s, max_retries, backoff_s, ...), over
+    CLIENT_DEFAULTS."""
+
+    CLIENT_DEFAULTS: ClassVar[dict[str, Any]] = {"timeout_s": 120.0, "max_retries": 6, "backoff_s": 2.0}
 
     def __init__(
         self,
         url: str,
         model: str,
         template: str,
-        api_key: str | None = None,
         temperature: float = 0.0,
         max_tokens: int = 1024,
         json_mode: bool = True,
         concurrency: int = 16,
-        timeout_s: float = 120.0,
-        max_retries: int = 6,
-        backoff_s: float = 2.0,
         extra_body: dict[str, Any] | None = None,
+        **client: Any,
     ) -> None:
         from eval.openai_client import ChatClient
 
-        self.client = ChatClient(url, api_key, timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s)
+        self.client = ChatClient(url, **{**self.CLIENT_DEFAULTS, **client})
         self.model = model
         self.template = template
         self.temperature = float(temperature)

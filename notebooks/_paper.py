@@ -5,7 +5,7 @@ or `RESULTS/<row>/<date>_<time>/results.json` (the newest complete one is used),
 model, evaluated on the math benchmarks and WildBench) or a `conf/exp/` name (`grpo_sarl_math`, `dpo_open`, ...).
 The numbers come from the results files; the Avg and Δ columns are computed with eval/results.py's own helpers.
 
-Which run is which row of which table comes from the `paper:` block of each conf/exp/ file (sarl.rows). Every
+Which run is which row of which table comes from the `paper:` block of each conf/exp/ file (sarl.runtime.rows). Every
 table is a pandas DataFrame of the printed cells (columns: the paper's header; an italic group line before each
 group, as the paper prints them), with `attrs` holding its file name (`name`), `title`, the rows that had no
 results (`missing`) and the numbers behind the cells (`values`: row -> column -> number; `values_frame(table)` gives
@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from eval.results import benchmark_average, mean, with_delta
-from sarl.figures import append_row, markdown, new_table, values_frame, write  # noqa: F401 (the notebooks' API)
-from sarl.rows import paper_rows
+from sarl.reports.figures import append_row, markdown, new_table, values_frame, write  # noqa: F401 (the notebooks' API)
+from sarl.runtime.rows import paper_rows
 
 log = logging.getLogger("notebooks")
 

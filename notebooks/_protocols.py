@@ -1,11 +1,16 @@
 """The tables of EVOL-RL, GRP and Structured Reasoning rebuilt from `eval.run` results of their protocols, each run
-beside the paper's own numbers (notebooks/reported/<protocol>.yaml, typed from the cited table).
+beside the paper's own numbers (notebooks/reported/<table>.yaml, typed from the cited table; its `protocol` names the
+evaluation protocol whose results fill it).
 
 Results layout: `RESULTS/<row id>/results.json` or `RESULTS/<row id>/<date>_<time>/results.json`
 (`_paper.find_results`), where the row ids are those of the reported file
-(`python -m eval.run ckpt=... protocol=evol_rl name=<row id>`). A table lists each reported row as
-"<label> (paper)" and, when that row has results, "<label> (ours)" under it; a cell of several metrics prints
-them as `a/b` (EVOL-RL's pass@1/pass@16), a mean ± std as `m±s`.
+(`python -m eval.run ckpt=... protocol=evol_rl name=<row id>`); a model in several tables of one protocol has one id,
+so that one evaluation fills them all. A table lists each reported row as "<label> (paper)" and, when that row has
+results, "<label> (ours)" under it; a cell of several metrics prints them as `a/b` (EVOL-RL's pass@1/pass@16) or
+joined by the file's `join` (`m±s`, a mean ± std). A table of a swept protocol prints one block per sweep value
+(`sweep`) or reads one of them (`at`). `averages` are computed columns (Structured Reasoning's "Avg." and "Large
+Avg."): per metric, the mean of the named columns' printed values, printed half up (decisions §3.2); the reported
+rows carry the paper's own, typed after the benchmark cells.
 """
 
 from __future__ import annotations
@@ -19,11 +24,21 @@ import yaml
 
 REPORTED = Path(__file__).resolve().parent / "reported"
 PROTOCOLS = ("evol_rl", "grp", "structured", "structured_temperature")
+# notebooks/reported/<name>.yaml, in the order protocol_tables.py prints them
+TABLES = (
+    "evol_rl",
+    "evol_rl_ablation",
+    "grp",
+    "structured",
+    "structured_7b",
+    "structured_table10",
+    "structured_temperature",
+)
 
 
-def reported(protocol: str) -> dict[str, Any]:
-    """notebooks/reported/<protocol>.yaml: the paper's table (title, columns, cell metrics, rows)."""
-    return yaml.safe_load((REPORTED / f"{protocol}.yaml").read_text(encoding="utf-8"))
+def reported(name: str) -> dict[str, Any]:
+    """notebooks/reported/<name>.yaml: the paper's table (protocol, title, columns, cell metrics, rows)."""
+    return yaml.safe_load((REPORTED / f"{name}.yaml").read_text(encoding="utf-8"))
 
 
 def _metric(metrics: dict[str, Any], name: str) -> float | None:
@@ -32,15 +47,17 @@ def _metric(metrics: dict[str, Any], name: str) -> float | None:
     return metrics.get(name)
 
 
-def _cell(values: list[float | None], decimals: int) -> str:
-    if any(v is None for v in values):
-        return "-"
-    return "/".join(f"{paper.printed(v, decimals):.{decimals}f}" for v in values)
+def _label(bench: str, spec: dict[str, Any], sweep_value: Any) -> str:
+    """The benchmark's label in results.json: `bench`, or `bench/<key>=<value>` for a value of a sweep."""
+    if sweep_value is not None:
+        return f"{bench}/{spec['sweep']}={sweep_value}"
+    at = spec.get("at") or {}
+    return bench + "".join(f"/{k}={v}" for k, v in at.items())
 
 
 def ours_cells(spec: dict[str, Any], results: dict[str, Any], sweep_value: Any = None) -> list[list[float | None]]:
-    """A run's numbers in the table's columns: its benchmarks' metrics (at one sweep value), or for the
-    temperature table the mean and std of its sweep."""
+    """A run's numbers in the table's columns: its benchmarks' metrics (at one sweep value, or at the table's `at`),
+    or for the temperature table the mean and std of its sweep; then the table's averages."""
     math = results.get("math") or {}
     out = []
     for bench in spec["columns"]:
@@ -48,42 +65,74 @@ def ours_cells(spec: dict[str, Any], results: dict[str, Any], sweep_value: Any =
             s = (math.get("sweep") or {}).get(bench) or {}
             out.append([s.get("mean"), s.get("std")])
             continue
-        label = bench if sweep_value is None else f"{bench}/{spec['sweep']}={sweep_value}"
-        metrics = ((math.get("benchmarks") or {}).get(label) or {}).get("metrics") or {}
+        metrics = ((math.get("benchmarks") or {}).get(_label(bench, spec, sweep_value)) or {}).get("metrics") or {}
         out.append([_metric(metrics, m) for m in spec["cell"]])
+    return out + averages(spec, out)
+
+
+def averages(spec: dict[str, Any], cells: list[list[float | None]]) -> list[list[float | None]]:
+    """The table's `averages` of one row's benchmark cells: per metric, the mean of the named columns' values as
+    printed (rounded half up to the table's decimals), itself rounded so; None where a column has none (decisions
+    §3.2; Structured Reasoning Tables 2-3 "Avg.", Table 10 "Avg." and "Large Avg.")."""
+    decimals = int(spec.get("decimals", 2))
+    by_bench = dict(zip(spec["columns"], cells))
+    out = []
+    for avg in spec.get("averages") or []:
+        columns = [by_bench[b] for b in avg["of"]]
+        row = []
+        for i in range(len(spec["cell"])):
+            values = [c[i] for c in columns]
+            if any(v is None for v in values):
+                row.append(None)
+                continue
+            printed = [paper.printed(v, decimals) for v in values]
+            row.append(paper.printed(sum(printed) / len(printed), decimals))
+        out.append(row)
     return out
+
+
+def _cell(values: list[float | None], decimals: int, join: str) -> str:
+    if any(v is None for v in values):
+        return "-"
+    return join.join(f"{paper.printed(v, decimals):.{decimals}f}" for v in values)
 
 
 def _printed(values: list[list[float | None]], spec: dict[str, Any]) -> list[str]:
     if spec["cell"] == ["mean", "std"]:
         return ["-" if None in v else "±".join(f"{paper.printed(x, 2):.2f}" for x in v) for v in values]
-    return [_cell(v, int(spec.get("decimals", 2))) for v in values]
+    return [_cell(v, int(spec.get("decimals", 2)), spec.get("join", "/")) for v in values]
 
 
-def protocol_table(protocol: str, results_dir: str | Path) -> pd.DataFrame:
-    """The paper's table with each row's results beside it; `attrs["values"]` holds our numbers by row."""
-    spec = reported(protocol)
-    rows = [r["id"] for r in spec["rows"]]
+def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
+    """The paper's table notebooks/reported/<name>.yaml with each row's results beside it; `attrs["values"]` holds
+    our numbers by row (`<row>@<sweep value>` in a swept table), the averages under their `key`."""
+    spec = reported(name)
+    protocol = spec.get("protocol", name)
+    rows = list(dict.fromkeys(r["id"] for r in spec["rows"]))
     results = paper.load_results(results_dir, rows)
     for row, r in results.items():
         if (r.get("protocol") or {}).get("name", "sarl") != protocol:
             raise ValueError(f"{row}: results of protocol {r.get('protocol', {}).get('name')}, not {protocol}")
-    table = paper.new_table(protocol, spec["title"], ["Model", *spec["columns"].values()])
+    avg_specs = spec.get("averages") or []
+    header = ["Model", *spec["columns"].values(), *(a["header"] for a in avg_specs)]
+    table = paper.new_table(name, spec["title"], header)
     table.attrs["missing"] = [f"{row} (no results.json)" for row in rows if row not in results]
+    keys = [*spec["columns"], *(a["key"] for a in avg_specs)]
     sweep_values = list(spec["rows"][0]["values"]) if spec.get("sweep") else [None]
+    blank = [""] * (len(header) - 1)
     group = None
     for value in sweep_values:
         if value is not None:
-            paper.append_row(table, [f"*{spec['sweep']} {value}*"] + [""] * len(spec["columns"]))
+            paper.append_row(table, [f"*{spec['sweep']} {value}*", *blank])
         for r in spec["rows"]:
             if r.get("group") and r["group"] != group and value is None:
                 group = r["group"]
-                paper.append_row(table, [f"*{group}*"] + [""] * len(spec["columns"]))
+                paper.append_row(table, [f"*{group}*", *blank])
             reported_values = r["values"][value] if value is not None else r["values"]
             paper.append_row(table, [f"{r['label']} (paper)", *_printed(reported_values, spec)])
             if r["id"] in results:
                 ours = ours_cells(spec, results[r["id"]], value)
                 paper.append_row(table, [f"{r['label']} (ours)", *_printed(ours, spec)])
                 key = r["id"] if value is None else f"{r['id']}@{value}"
-                table.attrs["values"][key] = {b: v[0] for b, v in zip(spec["columns"], ours)}
+                table.attrs["values"][key] = {k: v[0] for k, v in zip(keys, ours)}
     return table

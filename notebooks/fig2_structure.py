@@ -18,7 +18,7 @@
 # rows (`eval.run` computes it for every sampled response): `RESULTS/base/` and `RESULTS/<exp>/` as in `tables.py`.
 # Fig. 2b scores two responses to the same problem (a JSONL file with `label` and `response`, first line before
 # training, second after) with the structure reward and draws their reasoning maps with the viewer
-# `sarl.viz.view_response` (the same one as `python -m sarl.score input=FILE view=ID`).
+# `sarl.structure.viz.view_response` (the same one as `python -m sarl.score input=FILE view=ID`).
 #
 #     python notebooks/fig2_structure.py --results runs/eval --responses pair.jsonl --out runs/paper
 
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
 import _paper as paper  # noqa: E402
 
-from sarl import figures  # noqa: E402
+from sarl.reports import figures  # noqa: E402
 
 RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
 RESPONSES = paper.setting("SARL_RESPONSES", "")
@@ -84,22 +84,22 @@ print(json.dumps(fig2a, indent=1))
 
 # %%
 if RESPONSES:
-    from sarl.reward import StructureReward
     from sarl.score import read_responses
-    from sarl.viz import step_table, view_response
+    from sarl.structure.reward import StructureReward
+    from sarl.structure.viz import step_table, view_response
 
     pair = read_responses(RESPONSES)
     if len(pair) != 2:
         raise SystemExit(f"{RESPONSES}: Fig. 2b needs exactly two responses (before, after), found {len(pair)}")
     if paper.setting("SARL_EMBEDDER", "local") == "vllm_server":
-        from sarl.embed.http import HTTPEmbedder
+        from sarl.serving.http import HTTPEmbedder
 
         embedder = HTTPEmbedder(
             url=paper.setting("SARL_EMBED_URL", ""),
             model=paper.setting("SARL_EMBED_MODEL", "Qwen/Qwen3-Embedding-0.6B"),
         )
     else:
-        from sarl.embed.local import SentenceTransformerEmbedder
+        from sarl.structure.embed.local import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()
     reward = StructureReward(embedder, variant="sarl", clustering="kmeans")

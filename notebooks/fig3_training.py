@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
 import _paper as paper  # noqa: E402
 
-from sarl import figures  # noqa: E402
+from sarl.reports import figures  # noqa: E402
 
 RUNS = paper.setting("SARL_RUNS", "")
 TRAINING = paper.setting("SARL_TRAINING", "runs")

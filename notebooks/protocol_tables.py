@@ -12,12 +12,13 @@
 # ---
 
 # %% [markdown]
-# # EVOL-RL Table 1, GRP Table 1, Structured Reasoning Tables 2 and 4 from evaluation results
+# # EVOL-RL Tables 1 and 4, GRP Table 1, Structured Reasoning Tables 2, 3, 4 and 10 from evaluation results
 #
 # Reads the `results.json` that `python -m eval.run ckpt=... protocol=<protocol> name=<row id>` writes, one
-# directory per row under `RESULTS` (the row ids are those of `notebooks/reported/<protocol>.yaml`, which holds
-# the paper's own numbers, typed from the cited table). Each table prints the paper's row and, under it, ours.
-# `<protocol>.md` and `<protocol>.csv` are written to `OUT`.
+# directory per row under `RESULTS` (the row ids are those of `notebooks/reported/<table>.yaml`, which holds
+# the paper's own numbers, typed from the cited table, and names the protocol). Each table prints the paper's row
+# and, under it, ours. `<table>.md` and `<table>.csv` are written to `OUT`. EVOL-RL Table 5 is not here
+# (docs/evaluation.md says why).
 #
 #     python notebooks/protocol_tables.py --results runs/eval --out runs/paper
 #
@@ -37,11 +38,13 @@ if not Path(RESULTS).is_dir():
     raise SystemExit(f"results directory {RESULTS} does not exist; pass --results DIR (or set SARL_RESULTS)")
 
 # %% [markdown]
-# ## EVOL-RL Table 1: pass@1 / pass@16 of 32 rollouts (protocol `evol_rl`)
+# ## EVOL-RL Table 1 and Table 4 (the ablations): pass@1 / pass@16 of 32 rollouts (protocol `evol_rl`)
 
 # %%
 evol_rl = protocols.protocol_table("evol_rl", RESULTS)
-print(paper.markdown(evol_rl))
+evol_rl_ablation = protocols.protocol_table("evol_rl_ablation", RESULTS)
+for t in (evol_rl, evol_rl_ablation):
+    print(paper.markdown(t))
 
 # %% [markdown]
 # ## GRP Table 1: avg@3 / avg@16, 32K tokens on AIME and 8K elsewhere (protocol `grp`)
@@ -51,15 +54,18 @@ grp = protocols.protocol_table("grp", RESULTS)
 print(paper.markdown(grp))
 
 # %% [markdown]
-# ## Structured Reasoning Table 2 (Pass@1 per maximum response length) and Table 4 (over temperatures)
+# ## Structured Reasoning Tables 2-3 (Pass@1 per maximum response length, 1.5B and 7B, with Avg.), Table 10
+# (mean ± std at 8K, with Avg. and Large Avg.) and Table 4 (over temperatures)
 
 # %%
 structured = protocols.protocol_table("structured", RESULTS)
+structured_7b = protocols.protocol_table("structured_7b", RESULTS)
+table10 = protocols.protocol_table("structured_table10", RESULTS)
 temperature = protocols.protocol_table("structured_temperature", RESULTS)
-for t in (structured, temperature):
+for t in (structured, structured_7b, table10, temperature):
     print(paper.markdown(t))
 
 # %%
-tables = [evol_rl, grp, structured, temperature]
+tables = [evol_rl, evol_rl_ablation, grp, structured, structured_7b, table10, temperature]
 written = [p for t in tables for p in paper.write(t, OUT)]
 print(f"wrote {len(written)} files to {OUT}")

@@ -1,11 +1,13 @@
-"""Checks to run on the GPU node before spending GPU hours on a verl run.
+"""Checks to run on the GPU node before spending GPU hours on a verl or a TRL run.
 
     python -m sarl.preflight +exp=grpo_sarl_math [overrides]
+    python -m sarl.preflight +exp=dpo_open [overrides]
 
 One table, one row per check, each ✓ or ✗ with what to do; exit code 0 only if every check passes
 (1 if one fails, 2 for a config that does not compose). The same overrides as `python -m sarl.train`.
-`sarl.train` runs the cheap ones itself (`run_cheap_checks`: data, run directory and disk, memory plan,
-embedding-server budget) before it launches verl.
+`sarl.train` runs the cheap ones itself before it launches: for verl `run_cheap_checks` (data, run directory and
+disk, memory plan, embedding-server budget), for TRL `run_trl_cheap_checks` (the GPUs its processes need, the DPO
+memory plan of sarl/backends/trl/memory.py); a failure stops it with one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -16,33 +18,23 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.backends.verl import memory
-from sarl.errors import UserError
+from sarl.backends.verl import memory as verl_memory
+from sarl.runtime import memory
+from sarl.runtime.checks import Check, raise_failed
+from sarl.runtime.errors import UserError
+from sarl.runtime.models import find_model_config
 
 log = logging.getLogger("sarl.preflight")
 
 # What the pinned verl was released against (verl 0.9.1's `vllm` extra: vllm==0.24.0, torch==2.11.0).
 STACK = {"verl": "0.9.1", "vllm": "0.24.", "torch": "2.11."}
 CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # verl saves the float32 FSDP shards and Adam's two moments
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-
-class PreflightError(UserError):
-    """A cheap check failed before launch; the message lists each failure and its fix."""
 
 
 # -- the checks --------------------------------------------------------------------------------
@@ -55,8 +47,9 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def check_gpus(cfg: DictConfig) -> Check:
-    want = int(cfg.train.n_gpus_per_node)
+def check_gpus(cfg: DictConfig, want: int | None = None) -> Check:
+    """`want` CUDA GPUs (default `train.n_gpus_per_node`) visible and free."""
+    want = int(cfg.train.n_gpus_per_node) if want is None else want
     try:
         import torch
 
@@ -151,12 +144,12 @@ def _driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def gpu_gib(cfg: DictConfig) -> tuple[float, str]:
-    """The memory of one GPU: the first visible CUDA device's, else `backend.gpu_memory_gib`."""
+def gpu_gib(cfg: DictConfig, measure: bool = True) -> tuple[float, str]:
+    """The memory of one GPU: the first visible CUDA device's (`measure`), else `backend.gpu_memory_gib`."""
     try:
         import torch
 
-        if torch.cuda.is_available():
+        if measure and torch.cuda.is_available():
             return torch.cuda.get_device_properties(0).total_memory / memory.GIB, "measured"
     except Exception:  # no usable CUDA: plan against the configured GPU
         pass
@@ -174,7 +167,7 @@ def check_attention(cfg: DictConfig) -> Check:
 
 
 def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | None:
-    from sarl.embed.auto import starts_embedding_server
+    from sarl.serving.auto import starts_embedding_server
 
     return float(cfg.embedding_server.gpu_memory_utilization) if starts_embedding_server(reward_cfg) else None
 
@@ -184,7 +177,7 @@ def maxflow_nodes(reward_cfg: Any) -> list[dict]:
     loads an attention model on a GPU of the node, outside Ray's accounting."""
     from hydra.utils import get_class
 
-    from baselines.maxflow import MaxFlowReward
+    from baselines.maxflow.reward import MaxFlowReward
 
     found = []
     if isinstance(reward_cfg, dict):
@@ -242,12 +235,12 @@ def shared_gpu_items(
     problems = []
     emb_util = _embedding_server_utilization(cfg, reward_cfg)
     if emb_util is not None:
-        by_gpu.setdefault(int(cfg.embedding_server.gpu), []).append(memory.embedding_server_item(emb_util, gib))
+        by_gpu.setdefault(int(cfg.embedding_server.gpu), []).append(verl_memory.embedding_server_item(emb_util, gib))
     for node in maxflow_nodes(reward_cfg):
         gpu = planned_gpu(node.get("device"))
         if gpu is None:
             continue
-        model_config = memory.find_model_config(str(node.get("model")), allow_download)
+        model_config = find_model_config(str(node.get("model")), allow_download)
         if model_config is None:
             if not skip_missing:
                 problems.append(
@@ -275,7 +268,7 @@ def memory_plan_fix(plan: memory.MemoryPlan, verl_cfg: DictConfig, shared: list[
     fixes = []
     if plan.peak.name == "generation":
         current = float(verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization)
-        fits = memory.rollout_utilization_that_fits(plan, current)
+        fits = verl_memory.rollout_utilization_that_fits(plan, current)
         if fits > 0:
             fixes.append(f"backend.rollout_gpu_memory_utilization={fits} (now {current})")
     else:
@@ -297,7 +290,7 @@ def check_memory_plan(
         return []  # backend=verl_cpu: no GPU to plan
     gib, source = gpu_gib(cfg)
     out = []
-    policy = memory.find_model_config(str(cfg.model.path), allow_download)
+    policy = find_model_config(str(cfg.model.path), allow_download)
     if policy is None and skip_missing:
         pass
     elif policy is None:
@@ -313,12 +306,12 @@ def check_memory_plan(
     else:
         gpu, shared, problems = shared_gpu_items(cfg, verl_cfg, reward_cfg, gib, allow_download, skip_missing)
         out += problems
-        plan = memory.gpu_memory_plan(verl_cfg, policy, gib, shared)
+        plan = verl_memory.gpu_memory_plan(verl_cfg, policy, gib, shared)
         fix = "" if plan.ok else memory_plan_fix(plan, verl_cfg, shared)
         out.append(Check("memory plan", plan.ok, f"GPU {gpu}: {plan.summary()} [GPU size: {source}]", fix))
     if _embedding_server_utilization(cfg, reward_cfg) is not None:
         s = cfg.embedding_server
-        emb = memory.find_model_config(str(s.model), allow_download)
+        emb = find_model_config(str(s.model), allow_download)
         if emb is None and skip_missing:
             pass
         elif emb is None:
@@ -331,7 +324,7 @@ def check_memory_plan(
                 )
             )
         else:
-            b = memory.embedding_budget(emb, float(s.gpu_memory_utilization), gib, s.max_model_len, str(s.dtype))
+            b = verl_memory.embedding_budget(emb, float(s.gpu_memory_utilization), gib, s.max_model_len, str(s.dtype))
             fix = (
                 ""
                 if b.ok
@@ -384,7 +377,7 @@ def check_run_dir(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, allow_do
         fix = "set paths.runs_dir or run_dir to a writable place"
         return Check("run directory", False, f"{probe} is not writable", fix)
     free = shutil.disk_usage(probe).free / memory.GIB
-    policy = memory.find_model_config(str(cfg.model.path), allow_download)
+    policy = find_model_config(str(cfg.model.path), allow_download)
     if policy is None:
         return Check("run directory", True, f"{run_dir} writable, {free:.0f} GiB free (checkpoint size unknown)")
     per = memory.parameter_count(policy) * CHECKPOINT_BYTES_PER_PARAM * (2 if verl_cfg.critic.enable else 1)
@@ -425,7 +418,7 @@ def check_wandb(cfg: DictConfig, environ: dict[str, str] | None = None) -> Check
         return Check("W&B", True, "not used (logger=none)")
     if _version("wandb") is None:
         return Check("W&B", False, "wandb not installed", "pip install wandb, or logger=none")
-    from sarl.runs import wandb_key_available
+    from sarl.runtime.runs import wandb_key_available
 
     key = wandb_key_available(environ)
     mode = environ.get("WANDB_MODE") or ("online" if key else "offline")
@@ -441,7 +434,7 @@ def check_model_files(cfg: DictConfig, reward_cfg: dict, allow_download: bool = 
     names = [("model.path", str(cfg.model.path))]
     if _embedding_server_utilization(cfg, reward_cfg) is not None:
         names.append(("embedding_server.model", str(cfg.embedding_server.model)))
-    missing = [f"{k}={v}" for k, v in names if memory.find_model_config(v, allow_download) is None]
+    missing = [f"{k}={v}" for k, v in names if find_model_config(v, allow_download) is None]
     if missing:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         return Check(
@@ -457,11 +450,11 @@ def check_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Check:
     """The embedding server starts with the configured budget and answers one request (url auto), or the
     configured endpoint answers one request."""
     embedder = dict(reward_cfg.get("embedder") or {})
-    if embedder.get("_target_") != "sarl.embed.http.HTTPEmbedder":
+    if embedder.get("_target_") != "sarl.serving.http.HTTPEmbedder":
         return Check("embedding server", True, "not used by this reward")
     from hydra.utils import instantiate
 
-    from sarl.embed.auto import planned_embedding_server
+    from sarl.serving.auto import planned_embedding_server
 
     if embedder.get("url") == "auto":
         try:
@@ -513,16 +506,38 @@ def cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, reward_cf
 def run_cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path) -> None:
     """Raise PreflightError naming every failed cheap check and its fix."""
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    failed = [c for c in cheap_checks(cfg, verl_cfg, run_dir, reward_cfg) if not c.ok]
-    if failed:
-        raise PreflightError("; ".join(f"{c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "") for c in failed))
+    raise_failed(cheap_checks(cfg, verl_cfg, run_dir, reward_cfg))
+
+
+def run_trl_cheap_checks(cfg: DictConfig) -> None:
+    """What sarl.train checks before a TRL run: the GPUs its processes need and the DPO memory plan against
+    `backend.gpu_memory_gib` (measuring the GPU would leave a CUDA context in sarl.train's process, on the GPU
+    of rank 0). Raise PreflightError naming every failure and its fix."""
+    from sarl.backends.trl import memory as trl_memory
+    from sarl.backends.trl.distributed import check_devices
+
+    gib, source = gpu_gib(cfg, measure=False)
+    raise_failed([*check_devices(cfg), *trl_memory.check_memory_plan(cfg, gib, source, skip_missing=True)])
+
+
+def trl_preflight(cfg: DictConfig) -> list[Check]:
+    """Every check for a TRL row: what TRL refuses, the training file, the GPUs (one per process), the model, the
+    memory plan (DPO), W&B."""
+    from sarl.backends.trl import memory as trl_memory
+    from sarl.backends.trl.distributed import processes
+    from sarl.backends.trl.run import row_checks
+
+    checks = [*row_checks(cfg), *([] if cfg.backend.use_cpu else [check_gpus(cfg, processes(cfg))])]
+    if cfg.model.get("path"):
+        checks.append(check_model_files(cfg, {}))
+    return [*checks, *trl_memory.check_memory_plan(cfg, *gpu_gib(cfg), allow_download=True), check_wandb(cfg)]
 
 
 def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
     """Every check for the composed config of a verl row."""
     from sarl.backends.verl.config import build_verl_config
-    from sarl.embed.auto import check_reward_endpoints
-    from sarl.runs import experiment_name, resolve_run_dir
+    from sarl.runtime.runs import experiment_name, resolve_run_dir
+    from sarl.serving.auto import check_reward_endpoints
 
     experiment = experiment_name(choices)
     run_dir = resolve_run_dir(cfg, experiment)
@@ -564,8 +579,8 @@ def print_table(checks: list[Check], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
-    from sarl.compose import compose_user_config
-    from sarl.runs import experiment_name
+    from sarl.launch.compose import compose_user_config
+    from sarl.runtime.runs import experiment_name
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -573,10 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:  # a misspelt key or option, an invalid value
         sys.stderr.write(f"sarl.preflight: {err}\n")
         return 2
-    if cfg.backend.name != "verl":
-        sys.stderr.write(f"sarl.preflight checks verl runs on GPU nodes; backend={cfg.backend.name} needs none\n")
-        return 2
-    checks = preflight(cfg, choices)
+    checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices)
     print_table(checks, f"preflight: {experiment_name(choices)}")
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (": fix the ✗ rows first" if failed else ""))

@@ -24,9 +24,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from sarl.errors import UserError, check_output_file, check_writable_dir, report_user_errors
-from sarl.interface import RolloutBatch
-from sarl.reward import StructureAnalysis, StructureReward
+from sarl.runtime.errors import UserError, check_output_file, check_writable_dir, report_user_errors
+from sarl.structure.interface import RolloutBatch
+from sarl.structure.reward import StructureAnalysis, StructureReward
 
 EXIT_ALL_FAILED = 3
 
@@ -110,7 +110,7 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 def view_one(cfg: DictConfig, reward: StructureReward, rows: list[dict]) -> Path:
     """`view=ID`: the reasoning map of the response with that id (PNG in plot_dir) and its steps by function."""
-    from sarl.viz import step_table, view_response
+    from sarl.structure.viz import step_table, view_response
 
     wanted = str(cfg.view)
     row = next((r for r in rows if str(r["id"]) == wanted), None)
@@ -195,7 +195,7 @@ def main(cfg: DictConfig) -> None:
             if cfg.plot and a.labels is not None:
                 title = f"{row['id']}: SR={_fmt(d.get('sr'))}  C={_fmt(d.get('C'))}  L={_fmt(d.get('L'))}"
                 png = Path(cfg.plot_dir) / f"{_safe_name(str(row['id']))}.png"
-                from sarl.viz import plot_reasoning_map
+                from sarl.structure.viz import plot_reasoning_map
 
                 plot_reasoning_map(a.steps, a.labels, png, title=title)
     tmp.replace(out_path)

@@ -20,31 +20,23 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# The config, the run directory and its record, and the embedding server live in their own modules (so that
-# eval.run, the preflight and the TRL backend use them without importing this entry point); the names that
-# callers imported from here stay importable from here.
-from sarl.compose import CONF_DIR, compose_train_config, compose_user_config  # noqa: F401
-from sarl.embed.auto import (  # noqa: F401
+from sarl.launch.compose import compose_user_config
+from sarl.runtime.errors import UserError, debug_requested
+from sarl.runtime.runs import (
+    experiment_name,
+    patched_environ,
+    resolve_run_dir,
+    run_record,
+    wandb_env,
+    wandb_record,
+)
+from sarl.runtime.signals import run_in_own_group
+from sarl.serving.auto import (
     check_reward_dependencies,
     check_reward_endpoints,
     embedding_server_for,
     planned_embedding_server,
-    starts_embedding_server,
 )
-from sarl.errors import UserError, debug_requested
-from sarl.runs import (  # noqa: F401
-    experiment_name,
-    git_commit,
-    patched_environ,
-    resolve_run_dir,
-    run_record,
-    versions,
-    wandb_env,
-    wandb_init,
-    wandb_key_available,
-    wandb_record,
-)
-from sarl.signals import run_in_own_group
 
 log = logging.getLogger("sarl.train")
 
@@ -58,7 +50,7 @@ class UnsupportedOnBackend(RuntimeError):
 
 def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
     """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
-    from sarl.interface import reward_class
+    from sarl.structure.interface import reward_class
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
     if cfg.data.get("role") == "eval":
@@ -83,7 +75,7 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
         return  # DPO learns from preference pairs, SFT from traces; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
-        reward_class(target)  # importable, and a reward (sarl.interface.Reward)
+        reward_class(target)  # importable, and a reward (sarl.structure.interface.Reward)
     except Exception as err:
         raise UnsupportedOnBackend(f"reward '{choices['reward']}' ({target}) cannot be used: {err}") from err
 
@@ -111,7 +103,7 @@ def run(
     overrides: list[str] | None = None,
     stage_overrides: dict[str, list[str]] | None = None,
 ) -> int:
-    """One training run, or the stages of an exp file's `pipeline` in order (sarl.pipeline)."""
+    """One training run, or the stages of an exp file's `pipeline` in order (sarl.launch.pipeline)."""
     experiment = experiment_name(choices)
     pipeline = cfg.get("pipeline")
     if not pipeline:
@@ -125,11 +117,11 @@ def run(
         return dispatch("sarl.train", train_argv([*(overrides or []), *staged], cfg), cfg.launcher)
     run_dir = resolve_run_dir(cfg, experiment)
     if pipeline:
-        from sarl.pipeline import run_pipeline
+        from sarl.launch.pipeline import run_pipeline
 
         return run_pipeline(cfg, experiment, overrides or [], stage_overrides or {}, run_dir, run_stage=run)
     if not cfg.train.dry_run:
-        from sarl.format_preflight import check_format
+        from sarl.launch.format_preflight import check_format
 
         check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
@@ -143,15 +135,29 @@ def run(
 
 
 def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path, overrides: list[str]) -> int:
-    """backend=trl: TRL's trainer in this process (sarl.backends.trl.run)."""
+    """backend=trl: TRL's trainer in this process (sarl.backends.trl.run), or one process per GPU under torchrun
+    (`backend.distributed: fsdp`, sarl.backends.trl.distributed) in its own process group."""
     from sarl.backends.trl import run as trl
+    from sarl.backends.trl.distributed import launch_command, processes
 
+    n = processes(cfg)
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(OmegaConf.create(trl.dry_run_config(cfg, run_dir))))
-        cmd = [sys.executable, "-m", "sarl.train", *[o for o in overrides if not o.startswith("train.dry_run")]]
-        sys.stderr.write(shlex.join([*cmd, f"run_dir={run_dir}"]) + "\n")
+        kept = [o for o in overrides if not o.startswith(("train.dry_run", "run_dir="))]
+        sys.stderr.write(shlex.join([sys.executable, "-m", "sarl.train", *kept, f"run_dir={run_dir}"]) + "\n")
+        if n > 1:
+            sys.stderr.write(shlex.join(launch_command(run_dir, n)) + "\n")
         return 0
+    from sarl.preflight import run_trl_cheap_checks
+
+    run_trl_cheap_checks(cfg)  # the GPUs the processes need, the memory plan
+    if n > 1:
+        with_local_policy(cfg)  # built once here, not by every rank
     meta, env = run_record(cfg, choices, experiment, run_dir)
+    if n > 1:
+        cmd = launch_command(run_dir, n)
+        log.info("launching %d TRL processes: %s", n, shlex.join(cmd))
+        return run_in_own_group(cmd, cwd=Path.cwd(), env=env)  # Ctrl-C or SIGTERM stops torchrun's whole group
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     with embedding_server_for(cfg, reward_cfg), patched_environ(env):
         return trl.train(cfg, run_dir, meta, env, reward_cfg=reward_cfg)
@@ -228,11 +234,12 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """SIGTERM and SIGHUP end the run like an error (sarl.signals): its children are stopped, exit 128+signal."""
-    from sarl.signals import Terminated, signals_as_exceptions
+    """SIGTERM and SIGHUP end the run like an error (sarl.runtime.signals): its children are stopped, exit
+    128+signal."""
+    from sarl.runtime.signals import Terminated, signals_as_exceptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
-    from sarl.pipeline import split_stage_overrides
+    from sarl.launch.pipeline import split_stage_overrides
 
     overrides, stage_overrides = split_stage_overrides(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from sarl.errors import UserError
-from sarl.network import is_loopback, routable_ip
-from sarl.signals import stop_process_group
+from sarl.runtime.errors import UserError
+from sarl.runtime.network import is_loopback, routable_ip
+from sarl.runtime.signals import stop_process_group
 
 log = logging.getLogger("slurm.launcher")
 

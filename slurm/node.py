@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    from sarl.signals import Terminated, signals_as_exceptions
+    from sarl.runtime.signals import Terminated, signals_as_exceptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     env = os.environ if env is None else env

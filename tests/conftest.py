@@ -10,6 +10,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture
+def closing_server():
+    """testkit.ClosingServer: a loopback TCP server that counts the connections it accepts and closes them."""
+    from testkit import ClosingServer
+
+    server = ClosingServer()
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def policy_cache(tmp_path_factory):
     """A cache directory holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
@@ -18,7 +28,7 @@ def policy_cache(tmp_path_factory):
     from pathlib import Path
 
     from sarl.backends.trl.run import policy_path
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     cache = tmp_path_factory.mktemp("policies")
     cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])

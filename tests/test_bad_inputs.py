@@ -5,11 +5,11 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from testkit import run_module
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = REPO / "tests" / "fixtures" / "bad_inputs"
@@ -30,14 +30,7 @@ def inputs(tmp_path):
 
 
 def score(tmp_path, *overrides, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run", *overrides],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0", "SARL_DEBUG": "0"},
-    )
+    return run_module("sarl.score", f"hydra.run.dir={tmp_path}/run", *overrides, timeout=timeout)
 
 
 def assert_user_error(proc, *words):
@@ -132,17 +125,6 @@ def test_score_exits_3_when_every_response_failed(inputs, tmp_path):
     assert "every response failed" in proc.stderr
 
 
-def train(*overrides):
-    return subprocess.run(
-        [sys.executable, "-m", "sarl.train", *overrides],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0", "SARL_DEBUG": "0"},
-    )
-
-
 @pytest.mark.parametrize(
     "overrides,words",
     [
@@ -155,36 +137,19 @@ def train(*overrides):
     ],
 )
 def test_train_names_a_bad_override_in_one_line(overrides, words):
-    proc = train(*overrides)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
-    for w in words:
-        assert w in proc.stderr, (w, proc.stderr)
+    proc = run_module("sarl.train", *overrides)
+    assert_user_error(proc, *words)
     assert "Config search path" not in proc.stderr  # Hydra's own providers say nothing to the user
 
 
 def test_debug_switch_shows_the_traceback():
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.train", "+exp=grpo_sarl_math", "train.rollout_n=0"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "SARL_DEBUG": "1"},
-    )
+    proc = run_module("sarl.train", "+exp=grpo_sarl_math", "train.rollout_n=0", env={"SARL_DEBUG": "1"})
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
 def prepare(tmp_path, *overrides):
-    return subprocess.run(
-        [sys.executable, "-m", "sarl.data.prepare", f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/h"]
-        + list(overrides),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-    )
+    root = [f"paths.root={tmp_path}", f"hydra.run.dir={tmp_path}/h"]
+    return run_module("sarl.data.prepare", *root, *overrides, env={"HF_DATASETS_OFFLINE": "1"})
 
 
 @pytest.mark.parametrize(
@@ -207,16 +172,6 @@ def test_prepare_names_the_bad_source(inputs, tmp_path, name, words):
 
 
 def test_eval_run_checks_its_settings_before_loading_anything(tmp_path):
-    def eval_run(*overrides):
-        return subprocess.run(
-            [sys.executable, "-m", "eval.run", f"paths.root={tmp_path}", "logger=none", *overrides],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}")
@@ -228,22 +183,11 @@ def test_eval_run_checks_its_settings_before_loading_anything(tmp_path):
         ([f"ckpt={ckpt}", "sampling.nn=2"], ["sampling.nn"]),
         ([f"ckpt={ckpt}", f"cache_dir={ckpt / 'config.json' / 'cache'}"], ["cache_dir: cannot create"]),
     ):
-        proc = eval_run(*overrides)
-        assert proc.returncode == 2, (overrides, proc.stderr[-2000:])
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
-        for w in words:
-            assert w in proc.stderr, (w, proc.stderr)
+        assert_user_error(run_module("eval.run", f"paths.root={tmp_path}", "logger=none", *overrides), *words)
 
 
 def test_slurm_launcher_without_slurm_says_so(tmp_path):
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no sbatch on this PATH
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.train", "+exp=smoke", "launcher=slurm_h100", f"paths.root={tmp_path}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    path = {"PATH": str(Path(sys.executable).parent)}  # no sbatch on this PATH
+    proc = run_module("sarl.train", "+exp=smoke", "launcher=slurm_h100", f"paths.root={tmp_path}", env=path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "needs SLURM's sbatch" in proc.stderr and "launcher=local" in proc.stderr

@@ -44,28 +44,3 @@ carries no flow has dF_k = 0 at once (the same flow avoids it). Graphs that are 
 order fall back to a fresh Dinic per removed node. Measured against networkx by `python -m sarl.bench
 suite=maxflow`.
 """
-
-from baselines.maxflow.attention import StepAttention, step_attention
-from baselines.maxflow.flow import (
-    TAU,
-    TOP_FRACTION,
-    capacity_graph,
-    max_flow_value,
-    maxflow_quality,
-    quality_from_importance,
-    step_importance,
-)
-from baselines.maxflow.reward import MaxFlowReward
-
-__all__ = [
-    "TAU",
-    "TOP_FRACTION",
-    "MaxFlowReward",
-    "StepAttention",
-    "capacity_graph",
-    "max_flow_value",
-    "maxflow_quality",
-    "quality_from_importance",
-    "step_attention",
-    "step_importance",
-]

@@ -165,41 +165,40 @@ def _cancel_through(res: list[list[float]], nbrs: list[list[int]], k: int, eps: 
         if w > k:
             deficit[w] += res[w][k]
     through = sum(excess)
-    for u in range(k - 1, 0, -1):  # back to the source
-        e = excess[u]
+    if not _pass_on(res, nbrs, excess, k, eps, to_source=True):
+        return None
+    if not _pass_on(res, nbrs, deficit, k, eps, to_source=False):
+        return None
+    return through
+
+
+def _pass_on(
+    res: list[list[float]], nbrs: list[list[int]], amount: list[float], k: int, eps: float, to_source: bool
+) -> bool:
+    """One half of `_cancel_through`, in place: the nodes between k and the source (decreasing order) pass
+    `amount` on to their lower neighbours, back to the source, or the nodes between k and the sink (increasing
+    order) to their higher neighbours, on to the sink, cancelling flow edges as they go (the flow between u and v
+    is res[max(u, v)][min(u, v)]). False if a node is left with more than float noise."""
+    n = len(res)
+    for u in range(k - 1, 0, -1) if to_source else range(k + 1, n - 1):
+        e = amount[u]
         if e <= eps:
             continue
         for v in nbrs[u]:
-            if v >= u:
+            if (v >= u) if to_source else (v <= u):
                 continue
-            d = min(res[u][v], e)
+            hi, lo = (u, v) if to_source else (v, u)
+            d = min(res[hi][lo], e)
             if d > 0:
-                res[u][v] -= d
-                res[v][u] += d
-                excess[v] += d
+                res[hi][lo] -= d
+                res[lo][hi] += d
+                amount[v] += d
                 e -= d
                 if e <= eps:
                     break
         if e > eps * (1 + n):
-            return None
-    for w in range(k + 1, n - 1):  # on to the sink
-        e = deficit[w]
-        if e <= eps:
-            continue
-        for z in nbrs[w]:
-            if z <= w:
-                continue
-            d = min(res[z][w], e)
-            if d > 0:
-                res[z][w] -= d
-                res[w][z] += d
-                deficit[z] += d
-                e -= d
-                if e <= eps:
-                    break
-        if e > eps * (1 + n):
-            return None
-    return through
+            return False
+    return True
 
 
 def max_flow_value(capacity: Any, source: int = 0, sink: int = -1) -> float:

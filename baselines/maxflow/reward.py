@@ -10,8 +10,8 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.maxflow.attention import StepAttention
 from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance, step_importance
 from baselines.structured_prompt import STEP_MODES, format_score, parse_structured
-from eval.grading import Grader, default_grader
-from sarl.interface import RewardFunction, RewardOutput, RolloutBatch
+from eval.grading.grader import Grader, default_grader
+from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class MaxFlowReward(RewardFunction):
         self.grader = grader
 
     def check_ready(self) -> str | None:
-        """Why the attention model cannot be used (`sarl.interface.Reward.check_ready`), None if it can."""
+        """Why the attention model cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
         return self.load_error
 
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from sarl.steps import THINK_CLOSE, THINK_OPEN
+from sarl.structure.steps import THINK_CLOSE, THINK_OPEN
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (\{, \}, \\) or a grouping brace

@@ -9,7 +9,3 @@
 
 Sizes live in conf/bench.yaml. Timings are medians of alternating repeats; no test asserts a timing.
 """
-
-from sarl.bench.maxflow import attention_like_capacity, bench_maxflow, dense_capacity, networkx_importance
-
-__all__ = ["attention_like_capacity", "bench_maxflow", "dense_capacity", "networkx_importance"]

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from sarl.bench.common import machine, print_machine, thread_settings
-from sarl.errors import UserError, report_user_errors
+from sarl.runtime.errors import UserError, report_user_errors
 
 SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec")
 

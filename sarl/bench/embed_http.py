@@ -27,7 +27,7 @@ from rich.table import Table
 
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
-from sarl.errors import UserError
+from sarl.runtime.errors import UserError
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -103,9 +103,9 @@ def bench_texts(n: int) -> list[str]:
 
 
 def run_embed_http(cfg: DictConfig, console: Console) -> dict | None:
-    from sarl.embed.http import HTTPEmbedder
-    from sarl.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
-    from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+    from sarl.serving.http import HTTPEmbedder
+    from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+    from sarl.structure.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
 
     python = Path(cfg.server_python)
     if not python.exists():
@@ -195,13 +195,8 @@ def run_embed_http(cfg: DictConfig, console: Console) -> dict | None:
     for col in ("process", "pid", "threads", "CPU s", "cores busy"):
         procs.add_column(col, justify="right")
     for row in out["server_processes"]:
-        procs.add_row(
-            row["name"],
-            str(row["pid"]),
-            str(row["threads"]),
-            f"{row['cpu_s']:.2f}",
-            f"{row['cpu_s'] / out['http_s']:.2f}",
-        )
+        cpu_s = row["cpu_s"]
+        procs.add_row(row["name"], str(row["pid"]), str(row["threads"]), f"{cpu_s:.2f}", f"{cpu_s / out['http_s']:.2f}")
     console.print(procs)
     console.print(
         f"HTTP throughput / in-process: {100 * out['http_over_in_process_throughput']:.0f}% (goal >= 90%); "

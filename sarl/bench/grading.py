@@ -28,8 +28,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from eval.grading import Grader, extract_answer
-from eval.grading.grader import MAX_ANSWER_CHARS, MAX_BRACE_DEPTH
+from eval.grading.extract import extract_answer
+from eval.grading.grader import MAX_ANSWER_CHARS, MAX_BRACE_DEPTH, Grader
 
 # Short answers that cost plain math-verify its 5 s timeout (or hundreds of ms) on one CPU core.
 SHORT_PATHOLOGICAL = (

@@ -1,5 +1,5 @@
 """MaxFlow step importance (Structured Reasoning Sec. 4.3 (b), App. F): F and every F_{-k} with
-`baselines.maxflow.step_importance` (Dinic + residual reuse) against networkx's max flow (one call for F,
+`baselines.maxflow.flow.step_importance` (Dinic + residual reuse) against networkx's max flow (one call for F,
 one per removed node, as the paper's baseline), on identical random capacity graphs; the values must agree.
 """
 
@@ -17,7 +17,7 @@ def attention_like_capacity(n: int, rng: np.random.Generator, tau: float) -> np.
     """A capacity graph shaped like thresholded step attention (Structured Reasoning Eq. 3, Sec. 4.3 (a)): each node's
     attention over the earlier nodes sums to at most 1, with extra mass on the question (node 0, where
     attention sinks) and on the step just before (locality)."""
-    from baselines.maxflow import capacity_graph
+    from baselines.maxflow.flow import capacity_graph
 
     att = np.zeros((n, n))
     for i in range(1, n):
@@ -52,7 +52,7 @@ def networkx_importance(cap: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def bench_maxflow(cfg: DictConfig, console: Console) -> list[dict]:
-    from baselines.maxflow import step_importance
+    from baselines.maxflow.flow import step_importance
 
     if len(cfg.sizes) != len(cfg.graphs):
         raise ValueError(f"maxflow.sizes {list(cfg.sizes)} and maxflow.graphs {list(cfg.graphs)} differ in length")

@@ -20,11 +20,11 @@ from rich.table import Table
 
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
-from sarl.embed.base import Embedder
-from sarl.graph import graph_metrics_batch
-from sarl.interface import RolloutBatch
-from sarl.reward import StructureReward
-from sarl.steps import parse_steps
+from sarl.structure.embed.base import Embedder
+from sarl.structure.graph import graph_metrics_batch
+from sarl.structure.interface import RolloutBatch
+from sarl.structure.reward import StructureReward
+from sarl.structure.steps import parse_steps
 
 
 class StandInEmbedder(Embedder):
@@ -66,13 +66,13 @@ def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:
 
 
 def run_reward_step(cfg: DictConfig, console: Console) -> dict:
-    from sarl.cluster import cluster_batch
+    from sarl.structure.cluster import cluster_batch
 
     batch = paper_batch(cfg.rollouts, cfg.steps_mean, cfg.seed)
     parsed = [parse_steps(r) for r in batch.responses]
     steps = [s for p in parsed for s in p.steps]
     chars = sum(len(s) for s in steps)
-    from sarl.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
 
     tokenizer = SentenceTransformerEmbedder().model.tokenizer
     wordpiece = sum(len(ids) for ids in tokenizer(steps, add_special_tokens=True)["input_ids"])

@@ -3,7 +3,7 @@
 Runs `python -m sarl.train +exp=smoke seed=S` once per seed (a fresh process each, one after another), each with
 a fresh policy cache when `fresh_policy` is true, so that the wall time is what a user waits for from a fresh
 clone (policy build, held-out evaluation before and after, training; set-up excluded). Reads each run's
-`summary.json` `heldout` block (sarl/heldout.py) and prints, per seed: held-out SR before and after with the
+`summary.json` `heldout` block (sarl/reports/heldout.py) and prints, per seed: held-out SR before and after with the
 95% paired bootstrap interval of the difference, accuracy before and after with its interval, the health
 signals (boxed answers, truncation, repeated tags) before and after, and the wall time. Two verdicts per seed:
 `SR up` (the SR interval lies above zero) and `acc. holds` (the accuracy difference is no larger a fall than
@@ -23,9 +23,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from sarl.compare import heldout_block
-from sarl.errors import UserError
-from sarl.heldout import interval_text
+from sarl.reports.compare import heldout_block
+from sarl.reports.heldout import before_after_cells
+from sarl.runtime.errors import UserError
 
 
 def run_seed(section: DictConfig, seed: int, root: Path, cache_dir: Path) -> dict:
@@ -69,17 +69,13 @@ def report_table(rows: list[dict]) -> Table:
     for col in ("Δacc. [95% CI]", "boxed", "truncated", "repeated tags", "SR up", "acc. holds"):
         t.add_column(col, justify="right")
     for r in rows:
-        b, a, d = r["heldout"]["before"], r["heldout"]["after"], r["heldout"]["delta"]
+        b, a = r["heldout"]["before"], r["heldout"]["after"]
         v = r["verdicts"]
         t.add_row(
             str(r["seed"]),
             f"{r['wall_s']:.0f}",
-            f"{b['sr_mean']:.4f}",
-            f"{a['sr_mean']:.4f}",
-            interval_text(d["sr_mean"], d["sr_delta_ci95"], 4),
-            f"{b['accuracy']:.3f}",
-            f"{a['accuracy']:.3f}",
-            interval_text(d["accuracy"], d["accuracy_delta_ci95"], 3),
+            *before_after_cells(r["heldout"], "sr_mean"),
+            *before_after_cells(r["heldout"], "accuracy"),
             f"{b['boxed']:.3f} -> {a['boxed']:.3f}",
             f"{b['truncated']:.3f} -> {a['truncated']:.3f}",
             f"{b['repeated_tags']:.3f} -> {a['repeated_tags']:.3f}",

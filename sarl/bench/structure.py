@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
-from sarl.cluster import cluster_batch, hdbscan_params, kmeans_k
-from sarl.graph import reasoning_map, structure_reward
-from sarl.reward import structure_rewards_from_embeddings
+from sarl.structure.cluster import cluster_batch, hdbscan_params, kmeans_k
+from sarl.structure.graph import reasoning_map, structure_reward
+from sarl.structure.reward import structure_rewards_from_embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,7 @@ def _strings(obj):
 def step_text_stream(max_texts: int | None = None) -> list[str]:
     """Distinct step texts in reading order: the steps of the shipped traces, then the sentences
     (at least 20 characters) of the test fixtures' JSON/JSONL text fields."""
-    from sarl.steps import split_steps
+    from sarl.structure.steps import split_steps
 
     texts: list[str] = []
     for line in (ROOT / "sarl" / "samples" / "responses.jsonl").read_text().splitlines():
@@ -99,7 +99,7 @@ def step_text_stream(max_texts: int | None = None) -> list[str]:
 def minilm_family(ms: np.ndarray, rng: np.random.Generator, max_texts: int | None) -> tuple[list[np.ndarray], None]:
     """Windows of M consecutive texts of the step stream (wrapping around), embedded with MiniLM; M is
     capped at the stream's length so no window repeats a text."""
-    from sarl.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
 
     stream = step_text_stream(max_texts)
     result = SentenceTransformerEmbedder().embed(stream)
@@ -233,11 +233,11 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
     return rows
 
 
-_IMPORT_KERNELS = "import time; t = time.perf_counter(); import sarl.kernels; print(time.perf_counter() - t)"
+_IMPORT_KERNELS = "import time; t = time.perf_counter(); import sarl.structure.kernels; print(time.perf_counter() - t)"
 
 
 def kernel_startup() -> dict:
-    """Seconds to import the compiled kernels (sarl.kernels) in a fresh process: `cold` compiles them into an
+    """Seconds to import the compiled kernels (sarl.structure.kernels) in a fresh process: `cold` compiles them into an
     empty cache (what the first import after installing pays, once), `warm` loads them from that cache (what
     every later process pays, at import, before its first call). numba itself is imported first, untimed."""
     import os
@@ -365,8 +365,9 @@ def run_structure(cfg: DictConfig, console: Console) -> dict:
         st = scale["startup"]
         console.print(
             f"peak MB above: tracemalloc peak of one call; the compiled kernels' scratch (not traced) is at most "
-            f"{scale['kernel_scratch_mb']:.1f} MB, for the longest response. Kernels are compiled when sarl.kernels "
-            f"is imported: {st['cold_import_s']:.2f} s into an empty cache (once per installation), "
+            f"{scale['kernel_scratch_mb']:.1f} MB, for the longest response. Kernels are compiled when "
+            f"sarl.structure.kernels is imported: {st['cold_import_s']:.2f} s into an empty cache "
+            "(once per installation), "
             f"{st['warm_import_s']:.2f} s from the cache (every later process, before its first call)."
         )
     return {"rows": rows, "scale": scale}

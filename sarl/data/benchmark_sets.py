@@ -5,7 +5,7 @@ rows are not plain (question, answer) pairs. Every one writes records that `eval
 
 - `math_solution`: the gold is extracted from a worked solution, then the set is built by `build_math`:
   `answers.extract: after_hashes` (GSM8K: the text after the last "####", thousands separators dropped) or
-  `last_boxed` (MATH: the last `\\boxed{}` of the solution, `eval.grading.extract_answer`'s rule).
+  `last_boxed` (MATH: the last `\\boxed{}` of the solution, `eval.grading.extract.extract_answer`'s rule).
 - `choice`: multiple choice (GPQA-Diamond, MMLU, LSAT-AR). The prompt lists the options as "(A) ...", "(B) ...",
   and asks for the letter in `\\boxed{}`; the gold is the letter. The options come from a list column
   (`fields.choices`) or from a correct-answer column plus incorrect-answer columns (`fields.correct`,
@@ -68,7 +68,7 @@ def after_hashes(solution: Any) -> str:
 def last_boxed(solution: Any) -> str:
     """MATH's final answer: the content of the last `\\boxed{}` (or `\\fbox{}`) of the solution; ValueError when
     there is none."""
-    from eval.grading import extract_answer
+    from eval.grading.extract import extract_answer
 
     answer = extract_answer(solution) if isinstance(solution, str) else None
     if not answer:

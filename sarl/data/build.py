@@ -10,7 +10,7 @@ A record (one parquet row; the TRL JSONL line is derived from it):
 
 `index` is the row's position in the source, so a problem keeps its index whatever the filters drop.
 `user_prompt` is the prompt as the policy sees it (suffix or structured template included): verl's per-sample
-reward function reads the prompt from extra_info only (`sarl.interface.USER_PROMPT_KEY`).
+reward function reads the prompt from extra_info only (`sarl.structure.interface.USER_PROMPT_KEY`).
 A row that cannot be used (no question, a gold answer that does not parse, a WildBench row without its
 checklist) is reported by id; the build fails unless `drop_invalid` is set, and then each dropped row is
 listed in the manifest. Rows removed by a filter of the paper (length, duplicates) are counted, not listed.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from baselines.dpo_pairs import conversational_pairs, dpo_pairs_from_openrubrics
-from eval.grading import validate_gold, validate_gold_rows
+from eval.grading.gold import validate_gold, validate_gold_rows
 from sarl.data.answers import accepted_answers
 from sarl.data.sources import DataSourceError
-from sarl.interface import USER_PROMPT_KEY
+from sarl.structure.interface import USER_PROMPT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def trl_record(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 def unparseable_golds(candidates: list[dict[str, Any]]) -> dict[int, str]:
     """Row index -> reason for every candidate whose accepted answers math-verify cannot parse
-    (`eval.grading.validate_gold_rows`; on failure each row is checked on its own to name the culprits)."""
+    (`eval.grading.gold.validate_gold_rows`; on failure each row is checked on its own to name the culprits)."""
     try:
         validate_gold_rows(candidates, id_key="id", answer_key="answers")
     except ValueError:

@@ -35,10 +35,9 @@ from sarl.data import benchmark_sets, code_sets, stratify  # noqa: F401  (their 
 from sarl.data.build import BUILDERS, Built, DataValidationError, Steps, trl_record
 from sarl.data.sources import DataSourceError, load_rows, sha256_file
 from sarl.data.writers import write_json, write_jsonl, write_parquet
+from sarl.runtime.files import CONF_DIR
 
 log = logging.getLogger("sarl.data.prepare")
-
-CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 
 
 def register_datasets(store: ConfigStore | None = None) -> None:
@@ -147,7 +146,7 @@ def _files(data_dir: Path, **paths: Path) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    from sarl.runs import git_commit
+    from sarl.runtime.runs import git_commit
 
     out = {"git_commit": git_commit()}
     for pkg in ("sarl", "datasets", "pyarrow", "transformers", "math-verify"):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from sarl.embed.base import Embedder
+from sarl.structure.embed.base import Embedder
 
 
 class TableEmbedder(Embedder):

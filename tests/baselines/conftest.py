@@ -1,6 +1,6 @@
 import pytest
 
-from eval.grading import Grader
+from eval.grading.grader import Grader
 
 
 @pytest.fixture(scope="session")

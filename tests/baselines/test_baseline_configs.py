@@ -9,7 +9,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 from testkit import tiny_qwen3
 
-from sarl.interface import Reward
+from sarl.structure.interface import Reward
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REWARDS = sorted(p.stem for p in (CONF / "reward").glob("*.yaml"))
@@ -87,5 +87,5 @@ def test_expectations_name_existing_reward_configs():
 def test_embedder_comes_from_the_embedding_group():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="score", overrides=["reward=evol_rl", "embedding=vllm_server"])
-    assert cfg.reward.embedder._target_ == "sarl.embed.http.HTTPEmbedder"
+    assert cfg.reward.embedder._target_ == "sarl.serving.http.HTTPEmbedder"
     assert cfg.reward.embedder.model == "Qwen/Qwen3-Embedding-0.6B"

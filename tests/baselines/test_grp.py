@@ -12,20 +12,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from baselines.grp import (
-    DEFAULT_WEIGHTS,
-    GRPReward,
-    check_weights,
-    graph_rewards,
-    pack_scae,
-    parse_graph,
-    r_graph,
-    register_verl,
-    scae_advantages,
-    unpack_scae,
-)
-from sarl.interface import Reward, RolloutBatch
-from sarl.token_count import TokenCounter
+from baselines.grp import DEFAULT_WEIGHTS, GRPReward, check_weights, graph_rewards, parse_graph, r_graph
+from baselines.pasc_grpo import pack_scae, register_verl, scae_advantages, unpack_scae
+from sarl.structure.interface import Reward, RolloutBatch
+from sarl.structure.token_count import TokenCounter
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -193,7 +183,7 @@ def test_ers_ratio_counts_the_policys_tokens():
 def test_rows_count_tokens_with_their_policys_tokenizer():
     """conf/reward/grp.yaml: the tokenizer is the row's model (in a pipeline, the SFT checkpoint the RL stage
     starts from); without a model group (sarl.score) whitespace words."""
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     assert compose_train_config(["+exp=grp_math_paper"])[0].reward.tokenizer == "Qwen/Qwen3-4B-Base"
     ckpt = compose_train_config(["+exp=grpo_grp_math", "model.path=/ckpt/sft"])[0]
@@ -360,7 +350,7 @@ def test_grp_configs():
     reward = instantiate(cfg)
     assert isinstance(reward, GRPReward) and isinstance(reward, Reward)
     assert reward.combine == "sum" and reward.weights == DEFAULT_WEIGHTS and reward.start == "first_known"
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     pasc, _ = compose_train_config(["+exp=pasc_grpo_grp_math"])
     assert pasc.algorithm.adv_estimator == "scae" and pasc.reward.combine == "scae"

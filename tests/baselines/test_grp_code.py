@@ -12,9 +12,10 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from baselines.code_exec import CodeExecReward
-from baselines.grp import GRPReward, scae_advantages, unpack_scae
+from baselines.grp import GRPReward
+from baselines.pasc_grpo import scae_advantages, unpack_scae
 from eval.sandbox import Sandbox
-from sarl.interface import RolloutBatch
+from sarl.structure.interface import RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 TESTS = {"tests": "assert add(1, 2) == 3\nassert add(0, 0) == 0\nassert add(5, 5) == 10\n"}
@@ -176,8 +177,9 @@ def test_shipped_code_sft_traces_are_graphs_with_code_under_the_rl_prompt():
 
     from baselines.grp import graph_rewards, parse_graph
     from eval.sandbox import last_code_block
-    from sarl.data.synthesize import graph_issues, load_prompt
-    from sarl.train import compose_train_config
+    from sarl.data.synthesize.inputs import load_prompt
+    from sarl.data.synthesize.verify import graph_issues
+    from sarl.launch.compose import compose_train_config
 
     suffix = compose_train_config(["+exp=grp_code_paper"])[0].data.prompt_suffix
     path = Path(__file__).resolve().parents[2] / "sarl" / "samples" / "sft" / "grp_code.jsonl"

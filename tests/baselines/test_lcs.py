@@ -18,7 +18,7 @@ from baselines.structured_prompt import (
     randomized_tags,
     structured_prompt,
 )
-from sarl.interface import Reward, RolloutBatch
+from sarl.structure.interface import Reward, RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -248,7 +248,7 @@ def test_step_lengths_are_tokens_not_words(grader):
 
 def test_rows_count_step_lengths_with_their_policys_tokenizer():
     """conf/reward/lcs.yaml: the row's model (the SFT checkpoint in a pipeline's RL stage), in JOINT too."""
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     r1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
     assert compose_train_config(["+exp=lcs_paper"])[0].reward.tokenizer == r1

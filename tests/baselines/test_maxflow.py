@@ -12,19 +12,18 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from baselines.combine import WeightedSumReward
-from baselines.maxflow import (
-    MaxFlowReward,
-    StepAttention,
+from baselines.maxflow.attention import StepAttention, step_attention
+from baselines.maxflow.flow import (
     capacity_graph,
     max_flow_value,
     maxflow_quality,
     quality_from_importance,
-    step_attention,
     step_importance,
 )
+from baselines.maxflow.reward import MaxFlowReward
 from baselines.structured_prompt import parse_structured
-from sarl.bench import networkx_importance  # the benchmark's networkx reference: F and every F - F_-k
-from sarl.interface import Reward, RewardFunction, RewardOutput, RolloutBatch
+from sarl.bench.maxflow import networkx_importance
+from sarl.structure.interface import Reward, RewardFunction, RewardOutput, RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -405,7 +404,7 @@ def test_through_verl_a_model_that_cannot_be_loaded_gives_failed_rows(tmp_path):
     """verl's per-sample path returns the failed row (`failed` = 1, counted by the trainer) instead of raising."""
     import sarl.backends.verl.reward as bridge
 
-    cfg = {"_target_": "baselines.maxflow.MaxFlowReward", "model": str(tmp_path / "nowhere"), "device": "cpu"}
+    cfg = {"_target_": "baselines.maxflow.reward.MaxFlowReward", "model": str(tmp_path / "nowhere"), "device": "cpu"}
     out = asyncio.run(bridge.compute_score("math", TWO_STEPS, "5", {"user_prompt": "Q", "uid": "u"}, reward=cfg))
     assert out["failed"] == 1.0 and out["score"] == 0.0
     assert bridge.reward_from_config(cfg) is bridge.reward_from_config(cfg)  # built, and loaded, once
@@ -485,7 +484,7 @@ def test_through_the_verl_per_sample_reward_function(tiny_qwen3):
 
     path, _, _ = tiny_qwen3
     cfg = {
-        "_target_": "baselines.maxflow.MaxFlowReward",
+        "_target_": "baselines.maxflow.reward.MaxFlowReward",
         "model": path,
         "layers": [0, 1],
         "tau": 0.0,

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from baselines.ttrl import TTRLReward, majority_vote, select_for_training
-from sarl.interface import RolloutBatch
+from sarl.structure.interface import RolloutBatch
 
 
 def boxed(*answers):

@@ -12,14 +12,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import LoopbackServer
+from testkit import JSONHandler, LoopbackServer, closing_all
 
-from eval.grading import Grader
+from eval.grading.grader import Grader
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
@@ -215,30 +214,24 @@ class FakeChatServer:
         self.max_in_flight = 0
         self.lock = threading.Lock()
         self._server = LoopbackServer(self._handler())
-        self.url = f"http://127.0.0.1:{self._server.port}/v1"
+        self.url = f"{self._server.url}/v1"
 
     def close(self) -> None:
         self._server.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JSONHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
                 text = server.files.get(self.path)
-                raw = (text if text is not None else "not found").encode()
-                self.send_response(200 if text is not None else 404)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                if text is None:
+                    self.send_json(404, b"not found")
+                else:
+                    self.send_json(200, text.encode())
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                body = self.read_json()
                 with server.lock:
                     server.requests.append(body)
                     server.in_flight += 1
@@ -248,19 +241,7 @@ class FakeChatServer:
                         answer: tuple = (404, {"error": f"no route {self.path}"})
                     else:
                         answer = server.respond(server, body)
-                    status, payload = answer[0], answer[1]
-                    headers = answer[2] if len(answer) > 2 else {}
-                    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                    try:
-                        self.send_response(status)
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Content-Length", str(len(raw)))
-                        for k, v in headers.items():
-                            self.send_header(k, v)
-                        self.end_headers()
-                        self.wfile.write(raw)
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
+                    self.send_json(*answer)
                 finally:
                     with server.lock:
                         server.in_flight -= 1
@@ -271,15 +252,21 @@ class FakeChatServer:
 @pytest.fixture
 def chat_server() -> Iterator[Callable[..., FakeChatServer]]:
     """Factory `chat_server(respond)`; every server is closed after the test."""
-    servers: list[FakeChatServer] = []
+    yield from closing_all(FakeChatServer)
 
-    def make(respond: Responder | None = None) -> FakeChatServer:
-        servers.append(FakeChatServer(respond))
-        return servers[-1]
 
-    yield make
-    for s in servers:
-        s.close()
+@pytest.fixture
+def lm_eval_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder for lm-eval's `include_path` holding the task toy_qa on its fixture data (tests/fixtures/eval/
+    lm_eval/), the datasets read offline into a cache of the test's own; skips where lm-eval is not installed."""
+    pytest.importorskip("lm_eval")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    template = (FIXTURES / "lm_eval" / "toy_qa.yaml.in").read_text()
+    (tasks / "toy_qa.yaml").write_text(template.replace("@DATA@", str(FIXTURES / "lm_eval" / "toy_qa.jsonl")))
+    return tasks
 
 
 RESPONSE_IN_PROMPT = re.compile(r"<<<(.*?)>>>", re.DOTALL)  # how tests/fixtures/eval/judge_template.md wraps it

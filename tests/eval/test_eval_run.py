@@ -19,10 +19,13 @@ from eval_helpers import (
 )
 
 from eval import run as eval_run
+from eval.config import BACKENDS, compose_eval_config, generator_name, run_name
 from eval.data import load_benchmark
 from eval.generate import TransformersGenerator
 from eval.protocol import Benchmark, sampling_config
-from sarl.errors import UserError
+from eval.scoring import judge_all
+from sarl.runtime.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, UserError
+from sarl.runtime.files import CONF_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +189,7 @@ def test_interrupted_evaluation_resumes_where_it_stopped(
     monkeypatch.setattr(TransformersGenerator, "_one", interrupted)
     judge = FakeChatServer(fixture_judge())
     try:
-        assert eval_run.main(overrides(tiny_chat_model, data, tmp_path, judge.url)) == eval_run.EXIT_INTERRUPTED
+        assert eval_run.main(overrides(tiny_chat_model, data, tmp_path, judge.url)) == EXIT_INTERRUPTED
         assert len(calls) == 4 and judge.requests == []
         assert len(list((tmp_path / "cache").rglob("*.json"))) == 4  # one file per finished sample
 
@@ -199,7 +202,7 @@ def test_interrupted_evaluation_resumes_where_it_stopped(
             return good(server, body)
 
         judge.respond = flaky
-        assert eval_run.main(overrides(tiny_chat_model, data, tmp_path, judge.url)) == eval_run.EXIT_INCOMPLETE
+        assert eval_run.main(overrides(tiny_chat_model, data, tmp_path, judge.url)) == EXIT_INCOMPLETE
         assert len(calls) == 2 * 5 + 6  # every response once: 4 before the interruption, 12 now
         assert len(set(calls)) == len(calls)
         results, markdown, _ = read_results(tmp_path)
@@ -254,22 +257,22 @@ def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path
     assert eval_run.main(overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **missing)) == 2
     assert "prepare it first" in caplog.text
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    cfg = eval_run.compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
+    cfg = compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
     pending = {("toy_wildbench", "wb-1", 0): "<think>x</think> an answer to judge"}
     problem = load_benchmark(eval_data_dir / "toy_wildbench" / "test.parquet", "toy_wildbench", "wildbench")[0]
     with pytest.raises(RuntimeError, match=r"needs an API key in \$OPENAI_API_KEY"):
-        eval_run.judge_all(cfg, [Benchmark("toy_wildbench", "wildbench", [problem], 1)], pending, tmp_path, tmp_path)
+        judge_all(cfg, [Benchmark("toy_wildbench", "wildbench", [problem], 1)], pending, tmp_path, tmp_path)
 
 
 def test_default_config_is_the_papers_protocol():
-    cfg = eval_run.compose_eval_config(["ckpt=/models/Qwen3-4B"])
+    cfg = compose_eval_config(["ckpt=/models/Qwen3-4B"])
     assert list(cfg.benchmarks.math) == ["aime25", "amc23", "math500", "minerva_math"]
     assert list(cfg.benchmarks.wildbench) == ["wildbench_v2"]
     assert cfg.sampling.n == 8
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.6, 0.95, 20)
     assert cfg.judge.model == "gpt-4o-2024-05-13" and cfg.judge.temperature == 0.0 and cfg.judge.max_tokens == 1024
     assert cfg.structure.clustering.math == "kmeans" and cfg.structure.clustering.wildbench == "hdbscan"
-    assert eval_run.run_name(cfg) == "Qwen3-4B"
+    assert run_name(cfg) == "Qwen3-4B"
     assert math.isclose(sampling_config(cfg).temperature, 0.6)
 
 
@@ -302,15 +305,8 @@ def test_full_evaluation_through_a_vllm_cpu_server(tiny_chat_model, tmp_path):
     assert "| tiny | 50.00 | 66.67 | 58.33 (+29.6%) |" in markdown
 
 
-def test_lm_eval_tasks_join_the_report(full_run, tiny_chat_model, tmp_path, monkeypatch):
-    pytest.importorskip("lm_eval")
+def test_lm_eval_tasks_join_the_report(full_run, tiny_chat_model, tmp_path, lm_eval_tasks):
     _, root, data = full_run
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    template = (FIXTURES / "lm_eval" / "toy_qa.yaml.in").read_text()
-    (tasks / "toy_qa.yaml").write_text(template.replace("@DATA@", str(FIXTURES / "lm_eval" / "toy_qa.jsonl")))
     answers = {"2+2": "4", "3*3": "9", "10/2": "3"}
     lm_server = FakeChatServer(
         lambda s, body: (
@@ -330,7 +326,7 @@ def test_lm_eval_tasks_join_the_report(full_run, tiny_chat_model, tmp_path, monk
                 "lm_eval.tasks": "[toy_qa]",
                 "lm_eval.k": 2,
                 "lm_eval.model": "local-chat-completions",
-                "lm_eval.include_path": str(tasks),
+                "lm_eval.include_path": str(lm_eval_tasks),
                 "lm_eval.include_defaults": "false",
                 "lm_eval.batch_size": 1,
                 "+lm_eval.model_args.model": "tiny",
@@ -414,33 +410,26 @@ def test_cached_statistics_belong_to_their_text_and_a_null_text_is_not_an_answer
 def test_generator_and_judge_are_config_groups_and_the_former_keys_still_work():
     """generator=NAME picks conf/eval/generator/NAME.yaml (built with hydra.utils.instantiate); the former
     generator.backend=NAME and generator.NAME.KEY=V mean the same, a key of a back end not chosen is ignored."""
-    new = eval_run.compose_eval_config(
-        ["ckpt=x", "generator=openai", "generator.url=http://h:8000/v1", "judge.model=j"]
-    )
-    old = eval_run.compose_eval_config(
+    new = compose_eval_config(["ckpt=x", "generator=openai", "generator.url=http://h:8000/v1", "judge.model=j"])
+    old = compose_eval_config(
         ["ckpt=x", "generator.backend=openai", "generator.openai.url=http://h:8000/v1", "generator.vllm.dtype=half"]
         + ["judge.model=j"]
     )
     assert new.generator == old.generator and new.judge == old.judge
     assert new.generator._target_ == "eval.generate.openai_generator" and new.generator.url == "http://h:8000/v1"
-    assert (
-        eval_run.generator_name(new) == "openai"
-        and eval_run.generator_name(eval_run.compose_eval_config(["ckpt=x"])) == "vllm"
-    )
+    assert generator_name(new) == "openai" and generator_name(compose_eval_config(["ckpt=x"])) == "vllm"
     assert new.judge._target_ == "eval.wildbench.openai_judge" and new.judge.model == "j"
-    for name in eval_run.BACKENDS:
-        assert (eval_run.CONF_DIR / "eval" / "generator" / f"{name}.yaml").is_file()
+    for name in BACKENDS:
+        assert (CONF_DIR / "eval" / "generator" / f"{name}.yaml").is_file()
     with pytest.raises(UserError, match="choose one of: vllm, openai, transformers"):
-        eval_run.compose_eval_config(["ckpt=x", "generator=tgi"])
+        compose_eval_config(["ckpt=x", "generator=tgi"])
 
 
 def test_the_judge_is_built_from_its_group(monkeypatch):
     from hydra.utils import instantiate
 
     monkeypatch.setenv("TEST_JUDGE_KEY", "k")
-    cfg = eval_run.compose_eval_config(
-        ["ckpt=x", "judge.url=http://127.0.0.1:9/v1", "judge.api_key_env=TEST_JUDGE_KEY"]
-    )
+    cfg = compose_eval_config(["ckpt=x", "judge.url=http://127.0.0.1:9/v1", "judge.api_key_env=TEST_JUDGE_KEY"])
     judge = instantiate(cfg.judge, "TEMPLATE {$model_output}", _convert_="all")
     try:
         assert type(judge).__name__ == "Judge" and judge.model == cfg.judge.model

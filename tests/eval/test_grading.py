@@ -9,16 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval import grading
-from eval.grading import (
-    Grader,
-    equivalence_classes,
-    extract_answer,
-    is_equivalent,
-    validate_gold,
-    validate_gold_rows,
-)
-from eval.grading.cost import ORDINARY
+from eval.grading import extract as extract_module
+from eval.grading import grader as grading
+from eval.grading.cost import ORDINARY, Cost
+from eval.grading.extract import extract_answer
+from eval.grading.gold import validate_gold, validate_gold_rows
+from eval.grading.grader import Grader, equivalence_classes, is_equivalent
 
 PATHOLOGICAL = "9^{9^{9}}"  # sympy tries to build a 370-million-digit integer: never finishes
 
@@ -27,7 +23,7 @@ PATHOLOGICAL = "9^{9^{9}}"  # sympy tries to build a 370-million-digit integer: 
 def no_cost_estimate(monkeypatch):
     """Every answer reaches the worker unbudgeted: the timeout, the last layer of the bound, is what is tested
     (the cost estimate and the budget: tests/eval/test_grading_bounded.py)."""
-    monkeypatch.setattr("eval.grading.grader.estimate_cost", lambda answer: grading.Cost(ORDINARY))
+    monkeypatch.setattr("eval.grading.grader.estimate_cost", lambda answer: Cost(ORDINARY))
 
 
 @pytest.mark.parametrize(
@@ -119,8 +115,8 @@ def test_extract_answer_is_linear_on_pathological_text(text, answer, monkeypatch
     rest of the text for every unclosed `\\boxed{`, 39-41 s on 70-90 KB of such text and 119 s on the first
     input here."""
     passes = []
-    real = grading.extract._matching_braces
-    monkeypatch.setattr(grading.extract, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
+    real = extract_module._matching_braces
+    monkeypatch.setattr(extract_module, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
     start = time.perf_counter()
     assert extract_answer(text) == answer
     assert time.perf_counter() - start < 1.0
@@ -131,8 +127,8 @@ def test_braced_boxes_after_the_last_closing_brace_are_skipped_without_matching_
     """A generation cut off while repeating `\\boxed{` has no `}` after its boxes: none can close, so none is
     matched (the slowest pathological answer of `sarl.bench suite=grading`)."""
     passes = []
-    real = grading.extract._matching_braces
-    monkeypatch.setattr(grading.extract, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
+    real = extract_module._matching_braces
+    monkeypatch.setattr(extract_module, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
     assert extract_answer("\\boxed{" * 15000 + "1") is None and passes == []
     assert extract_answer("\\boxed{a}" + "\\boxed{" * 15000) == "a" and passes == [0 + len("\\boxed")]
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.grading import Grader, Verdict, estimate_cost, extract_answer, validate_gold
-from eval.grading.cost import EXPENSIVE, HOPELESS, ORDINARY
-from eval.grading.grader import _normalise
+from eval.grading.cost import EXPENSIVE, HOPELESS, ORDINARY, estimate_cost
+from eval.grading.extract import extract_answer
+from eval.grading.gold import validate_gold
+from eval.grading.grader import Grader, Verdict, _normalise
 from sarl.bench.grading import SHORT_PATHOLOGICAL, answer_mix
 
 UNIT_TEST_BOUND_S = 0.5  # per answer; the bench measures the real figure

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from eval.data import Problem
 from eval.protocol import Benchmark
 from eval.results import flat_metrics, markdown_report, write_results
-from eval.run import score_benchmarks
+from eval.scoring import score_benchmarks
 
 NEVER_FINISHES = "9^{9^{9^{9}}}"  # sympy tries to build an astronomically large integer
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from eval.grading import Grader, extract_answer
+from eval.grading.extract import extract_answer
+from eval.grading.grader import Grader
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eval" / "math_verify_cases.json"
 CASES = {case["id"]: case for case in json.loads(FIXTURE.read_text(encoding="utf-8"))["cases"]}

@@ -22,12 +22,13 @@ from baselines.empo import EMPOReward, final_answer_text
 from baselines.evol_rl import EvolRLReward
 from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import TTRLReward
+from eval.config import compose_eval_config
 from eval.data import Problem
-from eval.grading import extract_answer, strip_thinking
+from eval.grading.extract import extract_answer, strip_thinking
 from eval.protocol import Benchmark
-from eval.run import compose_eval_config, score_benchmarks
-from sarl.embed.base import Embedder
-from sarl.interface import RolloutBatch
+from eval.scoring import score_benchmarks
+from sarl.structure.embed.base import Embedder
+from sarl.structure.interface import RolloutBatch
 
 # name -> (response, its answer under the rule, its answer with answer_in_unclosed_think=True)
 RESPONSES = {

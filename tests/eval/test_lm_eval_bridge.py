@@ -5,7 +5,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from eval_helpers import FIXTURES, chat_reply
+from eval_helpers import chat_reply
 
 from eval.generate import SamplingConfig
 from eval.lm_eval_bridge import RepeatScorer, avg_at_k_filters, sampling_gen_kwargs
@@ -67,16 +67,9 @@ def test_repeat_scorer_scores_every_repeat_with_the_tasks_own_rule():
 
 
 @pytest.mark.slow
-def test_simple_evaluate_samples_k_times_and_scores_every_repeat(chat_server, tmp_path, monkeypatch):
-    pytest.importorskip("lm_eval")
+def test_simple_evaluate_samples_k_times_and_scores_every_repeat(chat_server, lm_eval_tasks):
     from eval.lm_eval_bridge import run_lm_eval
 
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    template = (FIXTURES / "lm_eval" / "toy_qa.yaml.in").read_text()
-    (tasks / "toy_qa.yaml").write_text(template.replace("@DATA@", str(FIXTURES / "lm_eval" / "toy_qa.jsonl")))
     calls = Counter()
     # per question, the answers of its 4 repeats: 2+2 right 3 times of 4, 3*3 never, 10/2 always. The thinking
     # part names a wrong answer first: it must be cut (think_end_token) before the task's regex reads it.
@@ -101,7 +94,7 @@ def test_simple_evaluate_samples_k_times_and_scores_every_repeat(chat_server, tm
             "max_retries": 1,
             "think_end_token": "</think>",
         },
-        include_path=str(tasks),
+        include_path=str(lm_eval_tasks),
         include_defaults=False,
         batch_size=1,
     )

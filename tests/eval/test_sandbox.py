@@ -3,7 +3,6 @@
 
 import os
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -46,32 +45,6 @@ def sandbox():
 def bare():
     """The layers under the audit hook alone (rlimits, uid, namespaces): what code that slips past the hook meets."""
     return Sandbox(timeout_s=1.5, memory_mb=512, audit=False)
-
-
-@pytest.fixture
-def loopback_server():
-    """A TCP server on 127.0.0.1 that counts the connections it accepts; stopped by the test."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.1)
-    accepted, stop = [], threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            accepted.append(1)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    server.close()
 
 
 def test_passing_failing_and_pass_fraction(sandbox):
@@ -196,8 +169,8 @@ def test_syntax_error(sandbox):
     assert result.outcome == "syntax_error" and result.score("pass_fraction") == 0.0
 
 
-def test_network_connection_to_a_loopback_server_fails(sandbox, bare, loopback_server):
-    port, accepted = loopback_server
+def test_network_connection_to_a_loopback_server_fails(sandbox, bare, closing_server):
+    port = closing_server.port
     program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=0.5).close()\n"
     assert sandbox.run(program, OK_TEST).outcome == "blocked"
     if bare.uses_namespaces():  # past the hook: a fresh network namespace has no route to the host's loopback
@@ -205,7 +178,7 @@ def test_network_connection_to_a_loopback_server_fails(sandbox, bare, loopback_s
     with socket.create_connection(("127.0.0.1", port), timeout=1):  # the server itself works
         pass
     time.sleep(0.2)
-    assert accepted == [1]
+    assert closing_server.accepted == 1
 
 
 def test_a_forged_verdict_does_not_count(sandbox):

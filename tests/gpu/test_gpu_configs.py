@@ -95,9 +95,9 @@ def test_child_processes_get_one_gpu_and_their_own_ray(monkeypatch):
 
 @pytest.mark.slow
 def test_the_embedding_server_gets_the_configured_budget_and_one_gpu(tmp_path, monkeypatch):
-    from sarl.embed.http import HTTPEmbedder
-    from sarl.embed.local import bundled_minilm_path
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
+    from sarl.serving.http import HTTPEmbedder
+    from sarl.structure.embed.local import bundled_minilm_path
 
     monkeypatch.delenv("SARL_GPU_EMBED_MODEL", raising=False)
     monkeypatch.setenv("SARL_GPU_TEST_DEVICE", "1")
@@ -144,10 +144,10 @@ def dry_run(row, policy, data, root) -> tuple[dict, str]:
 
 def pipeline_dry_run(row, policy, data, root, run_stage) -> None:
     """`run_stage(cfg, choices, overrides)` on every stage of the dry run of a pipeline row, each composed as
-    `python -m sarl.train <the GPU test's overrides> train.dry_run=true` composes it (sarl.pipeline)."""
-    from sarl.compose import compose_user_config
-    from sarl.pipeline import run_pipeline, split_stage_overrides
-    from sarl.train import experiment_name
+    `python -m sarl.train <the GPU test's overrides> train.dry_run=true` composes it (sarl.launch.pipeline)."""
+    from sarl.launch.compose import compose_user_config
+    from sarl.launch.pipeline import run_pipeline, split_stage_overrides
+    from sarl.runtime.runs import experiment_name
 
     common, per_stage = split_stage_overrides([*train_overrides(row, policy, data, root), "train.dry_run=true"])
     cfg, choices = compose_user_config(common)
@@ -179,7 +179,7 @@ def stage_dry_runs(row, policy, data, root, capsys) -> dict[str, tuple[dict, str
 
 def rl_config(row, policy, data, root):
     """The composed config of the row's RL run (a pipeline's RL stage)."""
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     if not row.pipeline:
         return compose_train_config(train_overrides(row, policy, data, root))[0]
@@ -200,7 +200,7 @@ def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(
 ):
     from transformers import AutoConfig
 
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     runs = stage_dry_runs(row, tiny_policy_layout, smoke_parquet, tmp_path, capsys)
     v, command = runs[RL_STAGE]
@@ -244,11 +244,11 @@ def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(
     embedder = reward.get("embedder")
     if row.embedding == "vllm_server":  # the server sarl.train starts on this node, its URL planned
         model = embedding_model()
-        assert embedder["_target_"] == "sarl.embed.http.HTTPEmbedder"
+        assert embedder["_target_"] == "sarl.serving.http.HTTPEmbedder"
         assert embedder["url"].startswith("http://127.0.0.1:")
         assert embedder["model"] == model and embedder["dim"] == embedding_dim(model)
     elif embedder is not None:
-        assert embedder["_target_"] == "sarl.embed.local.SentenceTransformerEmbedder"
+        assert embedder["_target_"] == "sarl.structure.embed.local.SentenceTransformerEmbedder"
     if "layers" in reward:  # an attention reward reads layers the policy has
         n_layers = AutoConfig.from_pretrained(tiny_policy_layout).num_hidden_layers
         assert reward["model"] == str(tiny_policy_layout) and all(-n_layers <= i < n_layers for i in reward["layers"])
@@ -270,7 +270,7 @@ def test_the_embedding_server_of_a_run_shares_its_gpu(tiny_policy_layout, smoke_
     first), at the configured budget."""
     from omegaconf import OmegaConf
 
-    from sarl.train import planned_embedding_server
+    from sarl.serving.auto import planned_embedding_server
 
     (row,) = [r for r in ROWS if r.embedding == "vllm_server"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # child_env gives the run one GPU
@@ -295,7 +295,7 @@ def test_the_parquet_loads_with_verls_dataset_and_renders_the_smoke_prompts(
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     from sarl.backends.verl.config import build_verl_config
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     cfg, _ = compose_train_config(train_overrides(ROWS[0], tiny_policy_layout, smoke_parquet, tmp_path))
     v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), ROWS[0].exp)
@@ -336,8 +336,8 @@ def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layo
     from omegaconf import OmegaConf
 
     from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
-    from sarl.interface import RolloutBatch
     from sarl.smoke import DATA_DIR
+    from sarl.structure.interface import RolloutBatch
 
     cfg = rl_config(row, tiny_policy_layout, smoke_parquet, tmp_path)
     traces = [json.loads(line) for line in (DATA_DIR / "traces.jsonl").read_text().splitlines()[:ROLLOUTS]]

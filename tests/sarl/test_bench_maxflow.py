@@ -2,25 +2,15 @@
 the default suite is unchanged."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from rich.console import Console
+from testkit import bench_config, run_module
 
-from baselines.maxflow import step_importance
-from sarl.bench import attention_like_capacity, bench_maxflow, dense_capacity, networkx_importance
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def bench_config(overrides=()):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name="bench", overrides=list(overrides))
+from baselines.maxflow.flow import step_importance
+from sarl.bench.maxflow import attention_like_capacity, bench_maxflow, dense_capacity, networkx_importance
 
 
 def test_default_suite_is_the_structure_benchmark():
@@ -68,19 +58,8 @@ def test_bench_rows_agree_with_networkx():
 
 @pytest.mark.slow
 def test_maxflow_suite_from_the_command_line(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sarl.bench",
-            "suite=maxflow",
-            "maxflow.sizes=[6,8]",
-            "maxflow.graphs=[3,2]",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_module(
+        "sarl.bench", "suite=maxflow", "maxflow.sizes=[6,8]", "maxflow.graphs=[3,2]", f"hydra.run.dir={tmp_path}"
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "speed-up" in proc.stdout and "identical to networkx" in proc.stdout

@@ -2,26 +2,16 @@
 machine/load/date lines are there, and the label checks hold. No timing is asserted."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from rich.console import Console
+from testkit import bench_config, run_module
 
 from sarl.bench.__main__ import effective_config, run
 from sarl.bench.structure import COLUMNS, baseline_rewards, make_family, step_counts, step_text_stream
-from sarl.errors import UserError
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def bench_config(overrides=()):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name="bench", overrides=list(overrides))
+from sarl.runtime.errors import UserError
 
 
 def test_step_counts_follow_the_spread_of_real_responses():
@@ -84,29 +74,12 @@ def test_unknown_suite_is_a_user_error():
 
 @pytest.mark.slow
 def test_structure_suite_from_the_command_line(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sarl.bench",
-            "quick=true",
-            "structure.families=[random]",
-            "structure.methods=[hdbscan]",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    structure = ["structure.families=[random]", "structure.methods=[hdbscan]"]
+    proc = run_module("sarl.bench", "quick=true", *structure, f"hydra.run.dir={tmp_path}", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "speed-up" in proc.stdout and "load average" in proc.stdout
     result = json.loads((tmp_path / "bench.json").read_text())
     assert result["suite"] == "structure" and result["machine_start"]["cores"] >= 1
     assert OmegaConf.create(result["config"]).n_responses == 12
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.bench", "suite=nope", f"hydra.run.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("sarl.bench", "suite=nope", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "suite='nope'" in proc.stderr and "Traceback" not in proc.stderr

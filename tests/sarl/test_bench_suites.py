@@ -8,22 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from rich.console import Console
+from testkit import bench_config
 
 from sarl.bench.__main__ import run
 from sarl.bench.embed_http import cpu_by_process, cpu_list_size, process_tree, server_env
 from sarl.bench.grading import answer_mix, ours, plain_math_verify
 from sarl.bench.reward_step import paper_batch
-from sarl.errors import UserError
-from sarl.steps import parse_steps
-
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def bench_config(overrides=()):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name="bench", overrides=list(overrides))
+from sarl.runtime.errors import UserError
+from sarl.structure.steps import parse_steps
 
 
 def test_answer_mix_is_realistic():
@@ -35,7 +28,7 @@ def test_answer_mix_is_realistic():
 
 
 def test_verdicts_agree_with_plain_math_verify():
-    from eval.grading import Grader
+    from eval.grading.grader import Grader
 
     rows = answer_mix(160, 0.0, 3)
     grader = Grader(timeout_s=30.0)

@@ -7,7 +7,7 @@ import pytest
 from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from sarl.cluster import K_RULES, cluster_batch, cluster_steps, hdbscan_params, kmeans_k
+from sarl.structure.cluster import K_RULES, cluster_batch, cluster_steps, hdbscan_params, kmeans_k
 
 
 def unit(x):

@@ -1,4 +1,4 @@
-"""The compiled structure-stage kernels (sarl.kernels) against plain numpy references written from the same
+"""The compiled structure-stage kernels (sarl.structure.kernels) against plain numpy references written from the same
 definitions: KMeans labels and HDBSCAN's spanning tree equal bit for bit, whatever the batch."""
 
 import math
@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from sarl.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
-from sarl.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
+from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 
 def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
     """Greedy k-means++ (scikit-learn's 2 + ln k local trials) and Lloyd's iterations in kernel form, in numpy
-    one response at a time: the arithmetic sarl.kernels.kmeans_labels compiles."""
+    one response at a time: the arithmetic sarl.structure.kernels.kmeans_labels compiles."""
     g = (x @ x.T).astype(np.float64)
     m = len(x)
     sq = np.diagonal(g)
@@ -207,7 +207,7 @@ def test_gram_products_are_exactly_symmetric(dtype):
 
 
 def test_kernels_compile_in_memory_where_no_cache_directory_is_writable(monkeypatch):
-    import sarl.kernels as kernels
+    import sarl.structure.kernels as kernels
 
     real = kernels.njit
 

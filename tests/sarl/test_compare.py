@@ -1,13 +1,13 @@
-"""The reward comparison's report (sarl.compare): SARL Table 2, Fig. 3 and Fig. 2a in miniature from the stages'
+"""The reward comparison's report (sarl.reports.compare): SARL Table 2, Fig. 3 and Fig. 2a in miniature from the stages'
 summaries and metrics, and the pipeline hook that calls it."""
 
 import json
 
 import pytest
 
-from sarl import compare
-from sarl.errors import UserError
-from sarl.pipeline import pipeline_report
+from sarl.launch.pipeline import pipeline_report
+from sarl.reports import compare
+from sarl.runtime.errors import UserError
 
 
 def block(acc_before, acc_after, sr_before, sr_after):
@@ -69,7 +69,7 @@ def test_a_stage_without_heldout_figures_is_named(tmp_path):
 
 
 def test_pipeline_report_must_name_an_importable_function():
-    assert pipeline_report("sarl.compare.report") is compare.report
-    for bad in ("sarl.compare.nope", "nomodule.report", "report", "sarl.compare.TABLE_HEADER"):
+    assert pipeline_report("sarl.reports.compare.report") is compare.report
+    for bad in ("sarl.reports.compare.nope", "nomodule.report", "report", "sarl.reports.compare.TABLE_HEADER"):
         with pytest.raises(UserError, match="not an importable function"):
             pipeline_report(bad)

@@ -206,7 +206,8 @@ def test_drop_keeps_every_accepted_answer_and_the_article_free_form(tmp_path):
 def test_the_evaluation_reads_and_grades_the_new_sets(tmp_path):
     """eval.run's loader takes every new benchmark as kind math, and eval.grading grades a boxed letter / span."""
     from eval.data import load_benchmark
-    from eval.grading import default_grader, extract_answer
+    from eval.grading.extract import extract_answer
+    from eval.grading.grader import default_grader
 
     build(tmp_path, "mmlu", "expected_count=3")
     build(tmp_path, "drop", "expected_count=3")
@@ -256,14 +257,24 @@ def test_worked_selection_of_15_of_20_problems():
         select(ids, rates, 18, parse_bins(None), seed=0)
 
 
-def test_success_rates_file_errors(tmp_path):
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        (
+            '{"id": "1", "success_rate": 0.5}\n{"id": "1", "success_rate": 1}\n',
+            "line 2: problem 1 has a success rate already",
+        ),
+        ('{"id": "1", "success_rate": 1.5}\n', "line 1: needs problem_id with n_correct and n_samples"),
+    ],
+)
+def test_success_rates_file_errors_name_the_line(tmp_path, text, error):
     bad = tmp_path / "r.jsonl"
-    bad.write_text('{"id": "1", "success_rate": 0.5}\n{"id": "1", "success_rate": 1}\n')
-    with pytest.raises(DataSourceError, match="line 2: problem 1 has a success rate already"):
+    bad.write_text(text)
+    with pytest.raises(DataSourceError, match=error):
         read_success_rates(bad)
-    bad.write_text('{"id": "1", "success_rate": 1.5}\n')
-    with pytest.raises(DataSourceError, match="line 1: needs problem_id with n_correct and n_samples"):
-        read_success_rates(bad)
+
+
+def test_success_rates_of_an_unknown_benchmark():
     with pytest.raises(DataSourceError, match="has no rows for benchmark 'nope'"):
         read_success_rates(RATES, "nope")
 

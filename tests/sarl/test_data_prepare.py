@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from testkit import structured_prompt_rows
 
 from sarl.data.build import DataValidationError
-from sarl.data.prepare import BUILDERS, CONF_DIR, compose_prepare_config, prepare
+from sarl.data.prepare import BUILDERS, compose_prepare_config, prepare
 from sarl.data.sources import sha256_file
+from sarl.runtime.files import CONF_DIR
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +174,7 @@ def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path
     "Mathematical Problem Solving Template" with all 23 tags in the paper's order for every row, the same problems
     and golds as aime25."""
     from baselines.structured_prompt import TAGS
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     build(tmp_path, "aime25_structured", "expected_count=3")
     build(tmp_path, "aime25", "expected_count=3")
@@ -188,7 +190,7 @@ def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path
         )
         assert row["reward_model"] == plain[rid]["reward_model"] and row["data_source"] == "aime25_structured"
     # the structured experiments train and validate with tagged prompts
-    for exp in ("grpo_lcs_math", "grpo_maxflow_math", "grpo_lcs_maxflow_math"):
+    for exp in structured_prompt_rows():
         cfg, _ = compose_train_config([f"+exp={exp}", f"paths.root={tmp_path}"])
         assert cfg.data.val_files == str(tmp_path / "data" / "aime25_structured" / "test.parquet")
 

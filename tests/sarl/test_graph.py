@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarl.graph import (
+from sarl.structure.graph import (
     average_path_length,
     clustering_coefficient,
     graph_metrics_batch,

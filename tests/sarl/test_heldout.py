@@ -1,4 +1,4 @@
-"""The held-out before/after evaluation (sarl/heldout.py) and the smoke run's held-out prompts."""
+"""The held-out before/after evaluation (sarl/reports/heldout.py) and the smoke run's held-out prompts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from sarl import heldout as ho
+from sarl.reports import heldout as ho
 from sarl.smoke import DATA_DIR, make_data
 
 
@@ -92,8 +92,8 @@ def test_delta_block_has_the_documented_keys():
 
 
 def test_measure_on_real_structure_reward(tmp_path):
-    from sarl.embed.local import SentenceTransformerEmbedder
-    from sarl.reward import StructureReward
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.reward import StructureReward
 
     reward = StructureReward(SentenceTransformerEmbedder(), variant="sarl", clustering="kmeans")
     good = "<think>\nI need 2 + 2.\n\nTwo and two make 4.\n\nCheck: 4 - 2 = 2.\n</think>\n\nThe answer is \\boxed{4}."

@@ -1,25 +1,24 @@
 """A total deadline per request for the three HTTP clients (embedder, generation, judge), against real
 loopback servers that trickle their body or their status line and headers; the shared client's retry policy
-and its circuit breaker, against a loopback server stopped and started again (`sarl.http_client`)."""
+and its circuit breaker, against a loopback server stopped and started again (`sarl.runtime.http_client`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 import pytest
-from testkit import LoopbackServer
+from testkit import JSONHandler, LoopbackServer, Stopwatch, closing_all
 
 from eval.generate import GenerationRequest, OpenAIChatGenerator, SamplingConfig
 from eval.openai_client import ChatClient, ChatRequestError
-from sarl.embed.http import HTTPEmbedder
+from sarl.serving.http import HTTPEmbedder
 
 DEADLINE_S = 1.0
 TRICKLE_GAP_S = 0.5
@@ -47,39 +46,33 @@ class TrickleServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server = LoopbackServer(self._handler(), port)
-        self.url = f"http://127.0.0.1:{self._server.port}"
+        self.url = self._server.url
 
     def close(self) -> None:
         self._stop.set()
         self._server.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JSONHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                body = self.read_json()
                 with server._lock:
                     server.posts += 1
                     trickle = server.posts <= server.trickle
-                raw = b" " * TRICKLE_BYTES if trickle else json.dumps(server.answer(body)).encode()
+                if not trickle:
+                    self.send_json(200, server.answer(body))
+                    return
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
+                    self.send_header("Content-Length", str(TRICKLE_BYTES))
                     self.end_headers()
-                    if not trickle:
-                        self.wfile.write(raw)
-                        return
-                    for byte in raw:
+                    for _ in range(TRICKLE_BYTES):
                         if server._stop.wait(TRICKLE_GAP_S):
                             return
-                        self.wfile.write(bytes([byte]))
+                        self.wfile.write(b" ")
                         self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up: what the deadline is for
@@ -90,15 +83,12 @@ class TrickleServer:
 @pytest.fixture
 def trickle_server() -> Iterator[Callable[..., TrickleServer]]:
     """Factory: `trickle_server(answer, trickle=n)`; all closed after the test."""
-    servers: list[TrickleServer] = []
+    yield from closing_all(TrickleServer)
 
-    def make(answer: Callable[[dict[str, Any]], dict[str, Any]], trickle: int, port: int = 0) -> TrickleServer:
-        servers.append(TrickleServer(answer, trickle, port))
-        return servers[-1]
 
-    yield make
-    for server in servers:
-        server.close()
+def deadline_embedder(url: str) -> HTTPEmbedder:
+    """The embedder of the deadline tests: DEADLINE_S per attempt, one retry."""
+    return HTTPEmbedder(url=url, model="m", timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01)
 
 
 # Bounds: an attempt ends within the deadline plus one trickle gap (1.5 s); the assertions allow 2x the
@@ -107,11 +97,9 @@ def trickle_server() -> Iterator[Callable[..., TrickleServer]]:
 
 def test_embedder_gives_up_at_the_deadline(trickle_server):
     server = trickle_server(embeddings_answer, trickle=2)
-    with HTTPEmbedder(url=server.url, model="m", timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01) as emb:
-        t0 = time.monotonic()
+    with deadline_embedder(server.url) as emb, Stopwatch() as took:
         res = emb.embed(["a", "bb"])
-        elapsed = time.monotonic() - t0
-    assert elapsed < 2 * 2 * DEADLINE_S, elapsed
+    assert took.s < 2 * 2 * DEADLINE_S, took.s
     assert set(res.failed) == {0, 1}
     assert res.failed[0].startswith(f"embedding timeout: {server.url}/v1/embeddings after 2 attempts")
     assert f"no answer within {DEADLINE_S:g} s" in res.failed[0] and "DeadlineExceeded" in res.failed[0]
@@ -120,11 +108,9 @@ def test_embedder_gives_up_at_the_deadline(trickle_server):
 
 def test_embedder_retries_after_a_trickled_attempt(trickle_server):
     server = trickle_server(embeddings_answer, trickle=1)
-    with HTTPEmbedder(url=server.url, model="m", timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01) as emb:
-        t0 = time.monotonic()
+    with deadline_embedder(server.url) as emb, Stopwatch() as took:
         res = emb.embed(["a", "bb"])
-        elapsed = time.monotonic() - t0
-    assert elapsed < 2 * DEADLINE_S + 1.0, elapsed  # one cut attempt, then a prompt answer
+    assert took.s < 2 * DEADLINE_S + 1.0, took.s  # one cut attempt, then a prompt answer
     assert res.failed == {}
     assert res.vectors.shape == (2, 3)
     assert emb.stats.requests == 2 and emb.stats.retries == 1 and emb.stats.failed_requests == 0
@@ -133,23 +119,20 @@ def test_embedder_retries_after_a_trickled_attempt(trickle_server):
 def test_judge_client_gives_up_at_the_deadline(trickle_server):
     server = trickle_server(chat_answer, trickle=2)
     client = ChatClient(server.url, timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01)
-    t0 = time.monotonic()
-    with pytest.raises(ChatRequestError, match="failed after 2 attempts.*DeadlineExceeded"):
+    with Stopwatch() as took, pytest.raises(ChatRequestError, match="failed after 2 attempts.*DeadlineExceeded"):
         client.chat({"model": "m", "messages": []})
-    elapsed = time.monotonic() - t0
     client.close()
-    assert elapsed < 2 * 2 * DEADLINE_S, elapsed
+    assert took.s < 2 * 2 * DEADLINE_S, took.s
     assert client.counts == {"requests": 2, "retries": 1, "failures": 1, "circuit_open": 0}
 
 
 def test_judge_client_retries_after_a_trickled_attempt(trickle_server):
     server = trickle_server(chat_answer, trickle=1)
     client = ChatClient(server.url, timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01)
-    t0 = time.monotonic()
-    reply = client.chat({"model": "m", "messages": []})
-    elapsed = time.monotonic() - t0
+    with Stopwatch() as took:
+        reply = client.chat({"model": "m", "messages": []})
     client.close()
-    assert elapsed < 2 * DEADLINE_S + 1.0, elapsed  # one cut attempt, then a prompt answer
+    assert took.s < 2 * DEADLINE_S + 1.0, took.s  # one cut attempt, then a prompt answer
     assert reply["choices"][0]["message"]["content"] == "fine"
     assert client.counts == {"requests": 2, "retries": 1, "failures": 0, "circuit_open": 0}
 
@@ -158,14 +141,13 @@ def test_generation_client_reports_a_trickled_request_as_failed(trickle_server):
     server = trickle_server(chat_answer, trickle=1)
     gen = OpenAIChatGenerator(server.url, "m", SamplingConfig(), timeout_s=DEADLINE_S, max_retries=0, backoff_s=0.01)
     results: list[tuple[Any, str | None]] = []
-    t0 = time.monotonic()
-    gen.generate(
-        [GenerationRequest(("b", "p", 0), [{"role": "user", "content": "hi"}], seed=1)],
-        lambda request, generation, error: results.append((generation, error)),
-    )
-    elapsed = time.monotonic() - t0
+    with Stopwatch() as took:
+        gen.generate(
+            [GenerationRequest(("b", "p", 0), [{"role": "user", "content": "hi"}], seed=1)],
+            lambda request, generation, error: results.append((generation, error)),
+        )
     gen.close()
-    assert elapsed < 2 * DEADLINE_S, elapsed
+    assert took.s < 2 * DEADLINE_S, took.s
     [(generation, error)] = results
     assert generation is None and "DeadlineExceeded" in error and "after 1 attempts" in error
     assert gen.client.counts == {"requests": 1, "retries": 0, "failures": 1, "circuit_open": 0}
@@ -175,7 +157,7 @@ def test_generation_client_reports_a_trickled_request_as_failed(trickle_server):
 
 
 def test_retry_delays():
-    from sarl.http_client import RetryPolicy
+    from sarl.runtime.http_client import RetryPolicy
 
     plain = RetryPolicy(backoff_s=1.0, backoff_max_s=5.0)
     assert [plain.delay(n, None) for n in range(4)] == [1.0, 2.0, 4.0, 5.0]
@@ -189,7 +171,7 @@ def test_retry_delays():
 
 
 def test_unusable_body_is_retried_other_parse_errors_are_not(trickle_server):
-    from sarl.http_client import JSONClient, RequestFailed, RetryPolicy, UnusableResponse
+    from sarl.runtime.http_client import JSONClient, RequestFailed, RetryPolicy, UnusableResponse
 
     server = trickle_server(chat_answer, trickle=0)
     client = JSONClient(timeout_s=5.0, retry=RetryPolicy(max_retries=2, backoff_s=0.0))
@@ -220,74 +202,60 @@ TRICKLED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-P
 
 
 class HeaderTrickleServer:
-    """Raw loopback HTTP/1.1 server, keep-alive: POSTs number `trickle_from` and later (1-based, over all
-    connections) get their status line and headers one byte per `HEADER_GAP_S`; earlier ones a prompt answer."""
+    """Raw loopback HTTP/1.1 server (a TCP one: http.server would send its status line at once), keep-alive:
+    POSTs number `trickle_from` and later (1-based, over all connections) get their status line and headers one
+    byte per `HEADER_GAP_S`; earlier ones a prompt answer."""
 
     def __init__(self, trickle_from: int) -> None:
         self.trickle_from = trickle_from
         self.posts = 0
         self.connections = 0
         self._stop = threading.Event()
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.1)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(self._handler())
+        self.url = self._server.url
 
-    def _accept(self) -> None:
+    def _handler(self) -> type[socketserver.StreamRequestHandler]:
+        server = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                server.connections += 1
+                try:
+                    server.serve(self.rfile, self.wfile)
+                except OSError:
+                    pass  # the client gave up: what the deadline is for
+
+        return Handler
+
+    def serve(self, reader, writer) -> None:
         while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
+            length = None
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if line == b"" or length is None:
+                return
+            reader.read(length)
+            self.posts += 1
+            body = json.dumps({"ok": self.posts}).encode()
+            head = TRICKLED_HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            if self.posts < self.trickle_from:
+                writer.write(head + body)
                 continue
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        reader = conn.makefile("rb")
-        try:
-            while not self._stop.is_set():
-                length = None
-                while (line := reader.readline()) not in (b"\r\n", b""):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                if line == b"" or length is None:
+            for byte in head:
+                if self._stop.wait(HEADER_GAP_S):
                     return
-                reader.read(length)
-                self.posts += 1
-                body = json.dumps({"ok": self.posts}).encode()
-                head = TRICKLED_HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                if self.posts < self.trickle_from:
-                    conn.sendall(head + body)
-                    continue
-                for byte in head:
-                    if self._stop.wait(HEADER_GAP_S):
-                        return
-                    conn.sendall(bytes([byte]))
-                conn.sendall(body)
-        except OSError:
-            pass  # the client gave up: what the deadline is for
-        finally:
-            reader.close()
-            conn.close()
+                writer.write(bytes([byte]))
+            writer.write(body)
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
-        self._sock.close()
+        self._server.close()
 
 
 @pytest.fixture
 def header_trickle_server() -> Iterator[Callable[[int], HeaderTrickleServer]]:
-    servers: list[HeaderTrickleServer] = []
-
-    def make(trickle_from: int) -> HeaderTrickleServer:
-        servers.append(HeaderTrickleServer(trickle_from))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
+    yield from closing_all(HeaderTrickleServer)
 
 
 # A correctness bound on the deadline, not a benchmark: the whole trickle would take a minute per attempt.
@@ -298,29 +266,25 @@ HEAD_BOUND_S = 10.0
 def test_trickled_headers_end_at_the_deadline(header_trickle_server, trickle_from):
     """The status line and headers count against the attempt's deadline too, on a new connection and on a
     kept-alive one from the pool (the second POST reuses the first's connection)."""
-    from sarl.http_client import JSONClient, RequestFailed, RetryPolicy
+    from sarl.runtime.http_client import JSONClient, RequestFailed, RetryPolicy
 
     server = header_trickle_server(trickle_from)
     client = JSONClient(timeout_s=DEADLINE_S, retry=RetryPolicy(max_retries=0))
     if trickle_from == 2:
         assert client.post_json(server.url, {}, lambda r: r.json()) == {"ok": 1}
-    t0 = time.monotonic()
-    with pytest.raises(RequestFailed, match="DeadlineExceeded") as info:
+    with Stopwatch() as took, pytest.raises(RequestFailed, match="DeadlineExceeded") as info:
         client.post_json(server.url, {}, lambda r: r.json())
-    elapsed = time.monotonic() - t0
     client.close()
-    assert elapsed < HEAD_BOUND_S, elapsed
+    assert took.s < HEAD_BOUND_S, took.s
     assert info.value.failure.kind == "timeout" and info.value.attempts == 1
     assert server.connections == 1 and server.posts == trickle_from
 
 
 def test_embedder_with_trickled_headers_fails_its_texts_within_the_deadline(header_trickle_server):
     server = header_trickle_server(1)
-    with HTTPEmbedder(url=server.url, model="m", timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01) as emb:
-        t0 = time.monotonic()
+    with deadline_embedder(server.url) as emb, Stopwatch() as took:
         res = emb.embed(["a", "bb"])
-        elapsed = time.monotonic() - t0
-    assert elapsed < HEAD_BOUND_S, elapsed
+    assert took.s < HEAD_BOUND_S, took.s
     assert set(res.failed) == {0, 1} and "DeadlineExceeded" in res.failed[0]
     assert emb.stats.requests == 2 and emb.stats.failed_requests == 1
 
@@ -328,12 +292,10 @@ def test_embedder_with_trickled_headers_fails_its_texts_within_the_deadline(head
 def test_judge_client_with_trickled_headers_fails_within_the_deadline(header_trickle_server):
     server = header_trickle_server(1)
     client = ChatClient(server.url, timeout_s=DEADLINE_S, max_retries=0)
-    t0 = time.monotonic()
-    with pytest.raises(ChatRequestError, match="DeadlineExceeded"):
+    with Stopwatch() as took, pytest.raises(ChatRequestError, match="DeadlineExceeded"):
         client.chat({"model": "m", "messages": []})
-    elapsed = time.monotonic() - t0
     client.close()
-    assert elapsed < HEAD_BOUND_S, elapsed
+    assert took.s < HEAD_BOUND_S, took.s
 
 
 # -- the circuit breaker ------------------------------------------------------------------------
@@ -348,7 +310,7 @@ class Clock:
 
 
 def test_breaker_opens_after_consecutive_failures_and_lets_one_probe_through():
-    from sarl.http_client import BreakerPolicy, CircuitBreaker
+    from sarl.runtime.http_client import BreakerPolicy, CircuitBreaker
 
     clock = Clock()
     breaker = CircuitBreaker(BreakerPolicy(failures=3, cooldown_s=10.0), name="srv", clock=clock)
@@ -393,7 +355,7 @@ def test_breaker_fails_fast_while_the_server_is_down_and_closes_when_it_is_back(
     every request at once (no attempt, no backoff), and after the cool-down one probe finds the server back."""
     import pickle
 
-    from sarl.http_client import BreakerPolicy, JSONClient, RequestFailed, RetryPolicy
+    from sarl.runtime.http_client import BreakerPolicy, JSONClient, RequestFailed, RetryPolicy
 
     server = trickle_server(chat_answer, trickle=0)
     port = int(server.url.rsplit(":", 1)[1])
@@ -433,7 +395,7 @@ def test_embedder_threads_stop_paying_retries_once_the_breaker_opens(trickle_ser
     texts = [f"t{i}" for i in range(8)]
     kwargs = dict(url=url, model="m", batch_size=1, max_concurrency=4, max_retries=3, backoff_s=0.05, timeout_s=5.0)
     with HTTPEmbedder(**kwargs, breaker_failures=3, breaker_cooldown_s=60.0) as emb:
-        with caplog.at_level(logging.WARNING, logger="sarl.http_client"):
+        with caplog.at_level(logging.WARNING, logger="sarl.runtime.http_client"):
             res = emb.embed(texts)
     assert set(res.failed) == set(range(8))
     assert emb.stats.requests <= 3 + 4 and emb.breaker.opens == 1

@@ -4,14 +4,12 @@ do not change)."""
 
 import pytest
 from omegaconf import OmegaConf
-from testkit import verl_config_for
+from testkit import structured_prompt_rows, verl_config_for
 
-from sarl.train import compose_train_config
+from sarl.launch.compose import compose_train_config
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config, compose_verl_base  # noqa: E402
-
-STRUCTURED_ROWS = ["grpo_lcs_math", "grpo_maxflow_math", "grpo_lcs_maxflow_math"]
 
 
 @pytest.mark.slow
@@ -71,13 +69,11 @@ def test_lr_schedule_and_validation_temperature_reach_verl(tmp_path, tiny_qwen3_
     assert v.actor_rollout_ref.rollout.val_kwargs.do_sample is True
 
 
-@pytest.mark.parametrize("exp", STRUCTURED_ROWS)
+@pytest.mark.parametrize("exp", structured_prompt_rows())
 def test_structured_reasoning_rows_use_a_cosine_schedule_with_a_tenth_floor(exp, tmp_path):
     """Structured Reasoning Sec. 5.1 "Training Details": "Cosine scheduler with 0.1x floor"."""
-    cfg, _ = compose_train_config([f"+exp={exp}"])
+    cfg, v = verl_config_for([f"+exp={exp}"], tmp_path, validate=False)
     assert cfg.train.lr_schedule == "cosine" and cfg.train.min_lr_ratio == 0.1 and cfg.train.lr_warmup_ratio == 0.0
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    v = build_verl_config(cfg, reward_cfg, str(tmp_path), exp)
     assert v.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
     assert v.actor_rollout_ref.actor.optim.min_lr_ratio == 0.1
     # App. A.4.4: weight decay 1e-4, truncated completions masked; App. A.4: tags redrawn per sampled prompt
@@ -104,7 +100,7 @@ def test_bad_schedule_temperature_and_masking_say_why(override, match, tmp_path)
 def test_the_schedule_and_truncation_masking_reach_trl(tmp_path):
     """backend=trl: the same train.* keys as on verl (transformers' cosine with a floor, TRL's masking)."""
     from sarl.backends.trl.run import grpo_args
-    from sarl.train import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     cfg, _ = compose_train_config(["+exp=smoke"])
     args = grpo_args(cfg, tmp_path)
@@ -128,3 +124,33 @@ def test_grpo_code_exec_is_grpo_with_the_execution_reward_on_grps_code_setting(t
     assert reward._target_ == "baselines.code_exec.CodeExecReward" and reward.score == "all_pass"
     a, r = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout
     assert r.n == 8 and v.data.train_batch_size == 256 and a.optim.lr == 1e-6 and a.kl_loss_coef == 0.001  # Table 6
+
+
+def test_dr_grpo_paper_row_is_verls_dr_grpo_on_the_7b_free_form_setting(tmp_path, tiny_qwen3_dir):
+    """Structured Reasoning Table 15 "+ Dr.GRPO" (App. B.1: the length-normalized GRPO variant "on free-form
+    reasoning", the hyperparameters of the other rows): no std in the group advantage, each response's token losses
+    summed and divided by one constant (the 4k response budget, decisions §5.1); the accuracy reward on the plain
+    DeepScaleR prompt; DS-Distill-Qwen-7B at lr 1e-6, 6 completions at T=0.6, 500 steps, KL 1e-3, no SFT stage."""
+    from sarl.train import UnsupportedOnBackend, check_supported
+
+    cfg, v = verl_config_for(["+exp=dr_grpo_paper"], tmp_path, tiny_qwen3_dir)
+    assert compose_train_config(["+exp=dr_grpo_paper"])[0].model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
+    a, r, d = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout, v.data
+    assert v.algorithm.adv_estimator == "grpo" and v.algorithm.norm_adv_by_std_in_grpo is False
+    assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.loss_scale_factor == 4096 == d.max_response_length
+    assert cfg.get("pipeline") is None and cfg.data.name == "deepscaler" and cfg.train.resample_tags is False
+    assert v.reward.custom_reward_function.reward_kwargs.reward._target_ == "baselines.ground_truth.GroundTruthReward"
+    assert a.optim.lr == 1e-6 and r.n == 6 and r.temperature == 0.6 and v.trainer.total_training_steps == 500
+    assert a.use_kl_loss and a.kl_loss_coef == 1e-3 and v.trainer.v1.sarl.mask_truncated is True
+    assert r.gpu_memory_utilization == 0.67  # App. A.4.4's 70% does not fit beside the 7B actor (decisions §5.1)
+    # the algorithm carries its verl keys to any row; TRL has no Dr.GRPO here and says so
+    _, other = verl_config_for(["+exp=grpo_gt_math", "algorithm=dr_grpo"], tmp_path, tiny_qwen3_dir)
+    assert other.algorithm.norm_adv_by_std_in_grpo is False
+    assert other.actor_rollout_ref.actor.loss_scale_factor == other.data.max_response_length == 8192
+    _, plain = verl_config_for(["+exp=grpo_gt_math"], tmp_path, tiny_qwen3_dir)
+    assert (
+        plain.algorithm.norm_adv_by_std_in_grpo is True and plain.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
+    )
+    trl, choices = compose_train_config(["+exp=dr_grpo_paper", "backend=trl"])
+    with pytest.raises(UnsupportedOnBackend, match="algorithm=dr_grpo has no TRL trainer"):
+        check_supported(trl, choices)

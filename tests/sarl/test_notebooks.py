@@ -5,15 +5,15 @@ one-response reasoning-map viewer works from Python and from the scoring CLI."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from testkit import run_module, run_python
 
-from sarl.reward import StructureReward
-from sarl.rows import paper_rows
-from sarl.viz import step_table, view_response
+from sarl.runtime.rows import paper_rows
+from sarl.structure.reward import StructureReward
+from sarl.structure.viz import step_table, view_response
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -25,14 +25,7 @@ import _paper  # noqa: E402
 
 
 def run_notebook(name, *args, timeout=300, env=None):
-    proc = subprocess.run(
-        [sys.executable, str(NOTEBOOKS / name), *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    proc = run_python(NOTEBOOKS / name, *args, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
 
@@ -144,10 +137,13 @@ def test_printed_rounding_is_half_up():
 
 
 def test_protocol_tables_notebook_prints_each_papers_table_beside_ours(tmp_path):
-    """EVOL-RL Table 1, GRP Table 1 and Structured Reasoning Tables 2 and 4 from results of their protocols (the
-    fixtures hold the paper's numbers in eval.run's results layout, so each "(ours)" row prints the paper's)."""
+    """EVOL-RL Tables 1 and 4, GRP Table 1 and Structured Reasoning Tables 2, 3, 4 and 10 from results of their
+    protocols (the fixtures hold the paper's numbers in eval.run's results layout, so each "(ours)" row prints the
+    paper's; the Avg. column is computed, decisions §3.2)."""
+    import _protocols
+
     run_notebook("protocol_tables.py", "--results", FIXTURES / "protocols", "--out", tmp_path)
-    for name in ("evol_rl", "grp", "structured", "structured_temperature"):
+    for name in _protocols.TABLES:
         assert (tmp_path / f"{name}.md").is_file() and (tmp_path / f"{name}.csv").is_file()
     evol = table_lines(tmp_path / "evol_rl.md")
     paper_row = "| w/EVOL-RL (paper) | 80.0/93.3 | 20.7/47.6 | 17.5/39.9 | 51.4/80.3 | 37.2/88.7 |"
@@ -162,15 +158,119 @@ def test_protocol_tables_notebook_prints_each_papers_table_beside_ours(tmp_path)
     assert ours + " 83.98 | 56.12 |" in grp  # the code benchmarks too (eval/code.py)
     assert "| Qwen3-8B (GRP Table 3) (paper) | - | - | - | - | - | 76.70 | 65.10 | - | - | 57.29 |" in grp
     structured = table_lines(tmp_path / "structured.md")
-    at_8k = structured.index("| *max_tokens 8192* |  |  |  |  |  |  |  |  |  |")
-    maxflow = "| Ours(MaxFlow) (ours) | 36.67 | 27.78 | 77.83 | 85.33 | 34.22 | 54.81 | 42.53 | 31.26 | 49.60 |"
+    assert structured[0] == (
+        "| Model | AIME'24 | AIME'25 | AMC | MATH500 | Minerva | Olympiad | DROP | LSAT-AR | MMLU-ALL | Avg. |"
+    )
+    at_8k = structured.index("| *max_tokens 8192* |  |  |  |  |  |  |  |  |  |  |")
+    maxflow = "| Ours(MaxFlow) (ours) | 36.67 | 27.78 | 77.83 | 85.33 | 34.22 | 54.81 | 42.53 | 31.26 | 49.60 | 48.89 |"
     assert structured[-1] == maxflow and at_8k < len(structured) - 1
-    at_1k = "| Ours(MaxFlow) (ours) | 2.22 | 1.11 | 23.33 | 44.67 | 14.95 | 14.42 | 34.65 | 22.32 | 42.04 |"
+    at_1k = "| Ours(MaxFlow) (ours) | 2.22 | 1.11 | 23.33 | 44.67 | 14.95 | 14.42 | 34.65 | 22.32 | 42.04 | 22.19 |"
     assert structured.index(at_1k) < at_8k
+    # Table 10 reads the same run at the 8K cap (the fixture's stds are 1.0)
+    table10 = table_lines(tmp_path / "structured_table10.md")
+    paper_row = "| MAX-FLOW (paper) | 36.7±8.9 | 27.0±8.2 | 77.8±6.6 | 85.3±1.6 | 34.2±2.9 | 54.9±1.9 | 52.6±5.0 |"
+    assert table10[-2] == paper_row + " 58.1±2.1 |"
+    ours = "| MAX-FLOW (ours) | 36.7±1.0 | 27.8±1.0 | 77.8±1.0 | 85.3±1.0 | 34.2±1.0 | 54.8±1.0 | 52.8±1.0 |"
+    assert table10[-1] == ours + " 58.1±1.0 |"
     temperature = table_lines(tmp_path / "structured_temperature.md")
     assert "| Ours(MaxFlow) (ours) | 85.08±0.53 | 54.28±0.29 | 31.35±0.47 |" in temperature
     assert "| Light-R1 (paper) | 89.47±1.12 | 59.56±0.57 | 50.00±3.37 |" in temperature
     assert "temp_grpo_7b (no results.json)" in (tmp_path / "structured_temperature.md").read_text()
+
+
+def write_protocol_results(root, row, protocol, benchmarks):
+    """A results.json of eval.run for `row`: {label: metrics} as `math.benchmarks`."""
+    results = {
+        "run": {"name": row},
+        "complete": True,
+        "math": {"benchmarks": {label: {"metrics": metrics} for label, metrics in benchmarks.items()}},
+        "protocol": {"name": protocol, "paper": "", "benchmarks": []},
+    }
+    (root / row).mkdir(parents=True)
+    (root / row / "results.json").write_text(json.dumps(results), encoding="utf-8")
+
+
+def test_structured_tables_3_and_10_and_evol_rl_table_4_from_results(tmp_path):
+    """Structured Reasoning Table 3 (7B, per cap, Avg. computed), Table 10 (mean ± std at the 8K cap, Avg. and Large
+    Avg. each the mean of the printed means and of the printed stds) and EVOL-RL Table 4 (ablations, pass@1/pass@16)
+    from results holding the paper's numbers: each "(ours)" row prints the paper's."""
+    import _protocols
+
+    t3, t10, t4 = (_protocols.reported(n) for n in ("structured_7b", "structured_table10", "evol_rl_ablation"))
+    maxflow_7b = next(r for r in t3["rows"] if r["id"] == "maxflow_7b")
+    write_protocol_results(
+        tmp_path,
+        "maxflow_7b",
+        "structured",
+        {
+            f"{b}/max_tokens={cap}": {"pass@1_mean": v[0], "pass@1_std": 0.5}
+            for cap, values in maxflow_7b["values"].items()
+            for b, v in zip(t3["columns"], values)
+        },
+    )
+    r1 = next(r for r in t10["rows"] if r["label"] == "R1-Distill")
+    cells = dict(zip(t10["columns"], r1["values"]))
+    write_protocol_results(
+        tmp_path,
+        r1["id"],
+        "structured",
+        {f"{b}/max_tokens=8192": {"pass@1_mean": m, "pass@1_std": s} for b, (m, s) in cells.items()},
+    )
+    ablation = next(r for r in t4["rows"] if r["id"] == "qwen3_4b_base_evol_rl_aime24_no_ent")
+    cells = dict(zip(t4["columns"], ablation["values"]))
+    write_protocol_results(
+        tmp_path, ablation["id"], "evol_rl", {b: {"pass@1": a, "pass@16": b16} for b, (a, b16) in cells.items()}
+    )
+
+    lines = _paper.markdown(_protocols.protocol_table("structured_7b", tmp_path)).splitlines()
+    at_8k = "| Ours(MaxFlow) (ours) | 53.78 | 41.00 | 91.25 | 92.67 | 41.54 | 61.78 | 53.03 | 52.74 | 62.77 | 61.17 |"
+    assert lines[lines.index(at_8k) - 1] == at_8k.replace("(ours)", "(paper)")
+    assert "| Light-R1 (paper) | 3.33 | 3.33 | 25.00 | 38.33 | 17.65 | 11.95 | 43.27 | 23.04 | 54.50 | 24.49 |" in lines
+
+    t = _protocols.protocol_table("structured_table10", tmp_path)
+    row = "| R1-Distill (ours) | 28.7±4.8 | 22.3±5.2 | 71.5±3.9 | 84.9±0.3 | 30.5±1.0 | 52.4±0.4 | 48.4±2.6 |"
+    assert row + " 55.9±0.6 |" in _paper.markdown(t).splitlines()
+    assert t.attrs["values"]["ds_distill_qwen_1_5b"]["large_avg"] == 55.9
+    assert "| *Ours Based on: Deepseek-R1-Distill-Qwen-1.5B (RL)* |" in _paper.markdown(t)
+
+    lines = _paper.markdown(_protocols.protocol_table("evol_rl_ablation", tmp_path)).splitlines()
+    ours = "| -Ent (ours) | 66.7/89.8 | 10.0/31.4 | 6.6/27.8 | 38.7/74.2 | 34.0/86.2 |"
+    assert lines[lines.index(ours) - 1] == ours.replace("(ours)", "(paper)")
+    assert lines.index("| *AIME24* |  |  |  |  |  |") < lines.index(ours)
+
+
+def test_the_average_columns_rule_gives_the_papers_own_averages():
+    """Structured Reasoning's "Avg." and "Large Avg." are the mean of the printed cells, printed half up (decisions
+    §3.2): it gives every such cell of Tables 2, 3 and 10 but these eight, where the paper's printed average is not
+    the mean of its printed cells (Table 2: 24.07, 32.29 and 32.79 from its cells; Table 3: 34.80 and 32.46; Table
+    10: 35.4, 48.0 and 52.7)."""
+    import _protocols
+
+    off = {
+        ("structured", "lcs_1_5b", 1024, "avg"),
+        ("structured", "grpo_1_5b", 2048, "avg"),
+        ("structured", "maxflow_1_5b", 2048, "avg"),
+        ("structured_7b", "lcs_7b", 1024, "avg"),
+        ("structured_7b", "maxflow_7b", 1024, "avg"),
+        ("structured_table10", "oat_zero_1_5b", None, "avg"),
+        ("structured_table10", "l1_exact_1_5b", None, "avg"),
+        ("structured_table10", "maxflow_1_5b", None, "avg"),
+    }
+    found, checked = set(), 0
+    for name in ("structured", "structured_7b", "structured_table10"):
+        spec = _protocols.reported(name)
+        n = len(spec["columns"])
+        for r in spec["rows"]:
+            blocks = r["values"].items() if spec.get("sweep") else [(None, r["values"])]
+            for cap, values in blocks:
+                computed = _protocols.averages(spec, values[:n])
+                for avg, got, printed in zip(spec["averages"], computed, values[n:], strict=True):
+                    checked += 1
+                    if got[0] != printed[0]:
+                        found.add((name, r["id"], cap, avg["key"]))
+                    if len(got) > 1:  # Table 10's std: the mean of the printed stds, every row
+                        assert got[1] == printed[1], (name, r["id"], avg["key"])
+    assert found == off and checked == 24 + 20 + 28
 
 
 def test_protocol_table_refuses_results_of_another_protocol(tmp_path):
@@ -298,13 +398,7 @@ def test_fig3_reads_wandb_history_through_the_public_api(tmp_path):
     assert series["KL to the reference"]["verl"] == {"key": "actor/kl_loss", "steps": [1, 2], "values": [0.1, 0.2]}
     assert series["KL to the reference"]["trl"] == {"key": "actor/kl", "steps": [5], "values": [0.3]}
     assert series["response length (tokens)"]["verl"]["steps"] == [1]
-    proc = subprocess.run(
-        [sys.executable, str(NOTEBOOKS / "fig3_training.py"), "--runs", "x=wandb:me/sarl/nope", "--out", tmp_path],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    proc = run_python(NOTEBOOKS / "fig3_training.py", "--runs", "x=wandb:me/sarl/nope", "--out", tmp_path, env=env)
     assert proc.returncode != 0 and "Could not find run me/sarl/nope" in proc.stderr
 
 
@@ -332,21 +426,9 @@ def test_view_response_reports_a_failed_reward(tmp_path, keyword_embedder):
 
 @pytest.mark.slow
 def test_score_cli_view_one_response(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run", "view=aime-loop", f"plot_dir={tmp_path}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("sarl.score", f"hydra.run.dir={tmp_path}/run", "view=aime-loop", f"plot_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_png(tmp_path / "aime-loop.png")
     assert "function" in proc.stdout and "F1" in proc.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run2", "view=nope"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = run_module("sarl.score", f"hydra.run.dir={tmp_path}/run2", "view=nope")
     assert bad.returncode != 0 and "no response with that id" in bad.stderr

@@ -3,47 +3,55 @@ values equal what the paper states (Structured Reasoning Sec. 5 and App. A.4.4; 
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
+from testkit import pipeline_rows, stage_overrides, verl_config_for
 
-from sarl.pipeline import stages_of
-from sarl.train import check_supported, compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.launch.pipeline import stages_of
+from sarl.runtime.rows import paper_rows
+from sarl.train import check_supported, main
 
 pytest.importorskip("verl")
-from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
 from sarl.backends.verl.sft import build_verl_sft_config, validate_verl_sft_config  # noqa: E402
 
-STRUCTURED_PAPER_ROWS = {"lcs_paper": "lcs", "maxflow_paper": "maxflow", "lcs_maxflow_paper": "lcs_maxflow"}
-GRP_TABLE_2_ROWS = ["grp_grpo_paper", "grp_no_reach_paper", "grp_no_reach_rev_paper", "grp_no_scae_paper"]
-PAPER_ROWS = [*STRUCTURED_PAPER_ROWS, "grp_math_paper", "grp_code_paper", "grpo_structured_paper", *GRP_TABLE_2_ROWS]
+# Structured Reasoning Table 11's reward rows (its "GRPO" row, the baseline, is tested on its own below) and the
+# reward group (conf/reward/) each one's RL stage trains with
+STRUCTURED_REWARD_ROWS = [r.exp for r in paper_rows("Structured Reasoning Table 11") if r.label != "GRPO"]
+STRUCTURED_REWARD = {"lcs_paper": "lcs", "maxflow_paper": "maxflow", "lcs_maxflow_paper": "lcs_maxflow"}
 
 
-def stage_config(row, name, *extra):
-    """The composed config of one stage of a row, as sarl.pipeline composes it."""
-    top, _ = compose_train_config([f"+exp={row}"])
-    stage = next(s for s in stages_of(top) if s["name"] == name)
-    cfg, choices = compose_train_config([f"+exp={row}", *stage["overrides"], "pipeline=null", *extra])
+def stage_config(row, name, model_dir):
+    """The composed config of one stage of a row with the policy at `model_dir`, as sarl.launch.pipeline
+    composes it, checked as sarl.train checks it."""
+    cfg, choices = compose_train_config([f"+exp={row}", *stage_overrides(row, name), f"model.path={model_dir}"])
     check_supported(cfg, choices)
     return cfg
 
 
-@pytest.mark.parametrize("row", PAPER_ROWS)
+def rl_stage(row, tmp_path, model_dir):
+    """(cfg, verl config validated by verl) of a row's RL stage with the policy at `model_dir`."""
+    return verl_config_for([f"+exp={row}", *stage_overrides(row, "rl")], tmp_path, model_dir)
+
+
+SFT_ONLY_ROWS = ["grp_cot_sft_paper"]  # GRP Table 2 "SFT": the SFT stage is the row, no RL after it
+
+
+@pytest.mark.parametrize("row", pipeline_rows())
 def test_paper_rows_are_sft_then_rl_from_the_sft_checkpoint(row):
     top, _ = compose_train_config([f"+exp={row}"])
-    assert [(s["name"], s["init_from"]) for s in stages_of(top)] == [("sft", None), ("rl", "sft")]
+    expected = [("sft", None)] if row in SFT_ONLY_ROWS else [("sft", None), ("rl", "sft")]
+    assert [(s["name"], s["init_from"]) for s in stages_of(top)] == expected
 
 
-@pytest.mark.parametrize("row,reward", STRUCTURED_PAPER_ROWS.items())
-def test_structured_reasoning_rl_stage_has_the_papers_values(row, reward, tmp_path, tiny_qwen3_dir):
+@pytest.mark.parametrize("row", STRUCTURED_REWARD_ROWS)
+def test_structured_reasoning_rl_stage_has_the_papers_values(row, tmp_path, tiny_qwen3_dir):
     """App. A.4.4: 6 completions at T=0.6 (same for evaluation), lr 2e-6 (1.5B), cosine with a 0.1x floor,
     weight decay 1e-4, effective batch 24 (per-device 6 x accumulation 4), 4 GPUs (Table 8), KL beta 1e-3,
     truncated completions masked, vLLM at 70% memory; Sec. 5: R1-Distill-Qwen-1.5B, 500 steps;
     Sec. 5.1: DeepScaleR-Preview, 4k responses."""
-    cfg = stage_config(row, "rl", f"model.path={tiny_qwen3_dir}")
+    cfg, v = rl_stage(row, tmp_path, tiny_qwen3_dir)
     assert compose_train_config([f"+exp={row}"])[0].model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
     assert cfg.data.name == "deepscaler_structured" and cfg.data.prompt_style == "structured"
-    assert cfg.reward._target_ == compose_train_config([f"reward={reward}"])[0].reward._target_
-    v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), row)
-    validate_verl_config(v)
+    assert cfg.reward._target_ == compose_train_config([f"reward={STRUCTURED_REWARD[row]}"])[0].reward._target_
     a, r, d = v.actor_rollout_ref.actor, v.actor_rollout_ref.rollout, v.data
     assert r.n == 6 and r.temperature == 0.6 and r.val_kwargs.temperature == 0.6 and r.val_kwargs.do_sample
     assert d.max_response_length == 4096 and r.gpu_memory_utilization == 0.7
@@ -60,11 +68,11 @@ def test_structured_reasoning_rl_stage_has_the_papers_values(row, reward, tmp_pa
     assert cfg7.model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B" and cfg7.train.actor_lr == 1e-6
 
 
-@pytest.mark.parametrize("row", STRUCTURED_PAPER_ROWS)
+@pytest.mark.parametrize("row", STRUCTURED_REWARD_ROWS)
 def test_structured_reasoning_sft_stage_has_the_papers_values(row, tmp_path, tiny_qwen3_dir):
     """App. A.4.4: "2 epochs, learning rate 1e-5, cosine schedule without floor, weight decay 1e-4, micro-batch 1
     on a single A100"; Sec. 5.1: the 500 structured S1K traces."""
-    cfg = stage_config(row, "sft", f"model.path={tiny_qwen3_dir}")
+    cfg = stage_config(row, "sft", tiny_qwen3_dir)
     assert cfg.algorithm.name == "sft" and cfg.data.name == "sft_structured"
     v = build_verl_sft_config(cfg, str(tmp_path), row)
     validate_verl_sft_config(v)
@@ -81,12 +89,10 @@ def test_grp_paper_row_is_pasc_grpo_from_grp_sft_on_qwen3_base(tmp_path, tiny_qw
     top, _ = compose_train_config(["+exp=grp_math_paper"])
     assert top.model.path == "Qwen/Qwen3-4B-Base"
     assert compose_train_config(["+exp=grp_math_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
-    rl = stage_config("grp_math_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    rl, _ = rl_stage("grp_math_paper", tmp_path, tiny_qwen3_dir)
     assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_.startswith("baselines.grp")
     assert rl.data.name == "grp_math_rl_5k"  # App. E.2: the stratified 5,000
-    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "grp_math_paper")
-    validate_verl_config(v)
-    sft = stage_config("grp_math_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    sft = stage_config("grp_math_paper", "sft", tiny_qwen3_dir)
     assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math"
     validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_math_paper"))
 
@@ -98,18 +104,16 @@ def test_grp_code_paper_row_is_pasc_grpo_with_the_execution_outcome_from_grp_sft
     top, _ = compose_train_config(["+exp=grp_code_paper"])
     assert top.model.path == "Qwen/Qwen3-4B-Base"
     assert compose_train_config(["+exp=grp_code_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
-    rl = stage_config("grp_code_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    rl, v = rl_stage("grp_code_paper", tmp_path, tiny_qwen3_dir)
     assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_ == "baselines.grp.GRPReward"
     assert rl.reward.outcome == "code_exec" and rl.reward.combine == "scae" and rl.reward.code_exec.score == "all_pass"
     assert rl.data.name == "grp_code_rl" and rl.data.setting == "code" and rl.data.max_response_length == 8192
     assert rl.format_check.parser == "baselines.grp.parse_graph"
     assert rl.reward.tokenizer == tiny_qwen3_dir  # I(v) of Eq. (9) in the policy's tokens
-    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "grp_code_paper")
-    validate_verl_config(v)
     assert v.reward.custom_reward_function.reward_kwargs.reward.outcome == "code_exec"
-    sft = stage_config("grp_code_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    sft = stage_config("grp_code_paper", "sft", tiny_qwen3_dir)
     assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_code" and sft.data.trace_format == "graph"
-    math_sft = stage_config("grp_math_paper", "sft", f"model.path={tiny_qwen3_dir}")
+    math_sft = stage_config("grp_math_paper", "sft", tiny_qwen3_dir)
     assert sft.train == math_sft.train  # the SFT stage's settings are grp_math_paper's
     validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_code_paper"))
 
@@ -128,48 +132,80 @@ def test_a_paper_row_dry_runs_both_stages_on_verl(tmp_path, tiny_qwen3_dir, caps
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("row", GRP_TABLE_2_ROWS)
+@pytest.mark.parametrize(
+    "row", [r.exp for t in ("GRP Table 2", "GRP Table 4") for r in paper_rows(t) if r.exp not in SFT_ONLY_ROWS]
+)
 def test_grp_table_2_rows_are_grp_sft_then_their_rl_on_qwen3_8b_base(row, tmp_path, tiny_qwen3_dir):
-    """GRP Table 2 (Qwen3-8B-Base, every row from the GRP-SFT baseline, Sec. 4.3): "GRPO" the accuracy reward under
-    GRPO; "w/o SCAE" GRP's rewards under GRPO; "w/o Reachability" / "w/o Reach. & RSR" PASC-GRPO without R_reach /
-    without R_reach and R_rev, the rest equal (decisions §4)."""
+    """GRP Table 2 (Qwen3-8B-Base, every RL row from the GRP-SFT baseline, Sec. 4.3): "GRPO" the accuracy reward
+    under GRPO; "w/o SCAE" GRP's rewards under GRPO; "w/o Reachability" / "w/o Reach. & RSR" PASC-GRPO without
+    R_reach / without R_reach and R_rev, the rest equal (decisions §4). GRP Table 4 (its PASC-GRPO row is Table 2's;
+    App. F, "starting from the GRP-SFT baseline"): "w/o Connectivity" / "w/o Conn. & ERS Ratio" PASC-GRPO without
+    R_conn / without R_conn and R_ers, the rest equal (decisions §4.1)."""
     top, _ = compose_train_config([f"+exp={row}"])
     assert top.model.path == "Qwen/Qwen3-8B-Base"
-    rl = stage_config(row, "rl", f"model.path={tiny_qwen3_dir}")
     expected = {
         "grp_grpo_paper": ("grpo", "baselines.ground_truth.GroundTruthReward", None),
         "grp_no_scae_paper": ("grpo", "baselines.grp.GRPReward", [0.2] * 5),
         "grp_no_reach_paper": ("scae", "baselines.grp.GRPReward", [0.25, 0.25, 0.25, 0.0, 0.25]),
         "grp_no_reach_rev_paper": ("scae", "baselines.grp.GRPReward", [1 / 3, 1 / 3, 1 / 3, 0.0, 0.0]),
-    }[row]
+        "grp_no_conn_paper": ("scae", "baselines.grp.GRPReward", [0.25, 0.0, 0.25, 0.25, 0.25]),
+        "grp_no_conn_ers_paper": ("scae", "baselines.grp.GRPReward", [1 / 3, 0.0, 0.0, 1 / 3, 1 / 3]),
+    }
+    assert row in expected, f"GRP Table 2 row {row}: add the RL stage the paper gives it here"
+    rl, _ = rl_stage(row, tmp_path, tiny_qwen3_dir)
     weights = rl.reward.get("weights")
     got = [weights[k] for k in ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")] if weights else None
-    assert (rl.algorithm.adv_estimator, rl.reward._target_) == expected[:2] and got == pytest.approx(expected[2])
+    estimator, target, weighted = expected[row]
+    assert (rl.algorithm.adv_estimator, rl.reward._target_) == (estimator, target) and got == pytest.approx(weighted)
     if weights:
-        assert rl.reward.combine == ("scae" if expected[0] == "scae" else "sum")
+        assert rl.reward.combine == ("scae" if estimator == "scae" else "sum")
         assert rl.reward.tokenizer == tiny_qwen3_dir  # I(v) of Eq. (9) in the policy's tokens
-    v = build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), row)
-    validate_verl_config(v)
     assert rl.data.name == "grp_math_rl_5k"
-    sft = stage_config(row, "sft", f"model.path={tiny_qwen3_dir}")
+    sft = stage_config(row, "sft", tiny_qwen3_dir)
     assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math"
+
+
+def test_grp_table_2_sft_row_is_grp_sft_on_plain_cot_traces_and_nothing_after(tmp_path, tiny_qwen3_dir):
+    """GRP Table 2 "SFT" (Sec. 4.3: "the same data as GRP-SFT but replace graph-structured reasoning with standard
+    chain-of-thought"): one SFT stage of Qwen3-8B-Base with GRP-SFT's settings on plain CoT traces, no RL; the shipped
+    default is GRP-SFT's six sample problems as CoT, the same prompts and answers without graph blocks."""
+    import json
+
+    from baselines.grp import parse_graph
+    from eval.grading.extract import extract_answer
+    from sarl.runtime.files import resolve_path
+
+    top, _ = compose_train_config(["+exp=grp_cot_sft_paper"])
+    assert top.model.path == "Qwen/Qwen3-8B-Base"
+    sft = stage_config("grp_cot_sft_paper", "sft", tiny_qwen3_dir)
+    grp_sft = stage_config("grp_math_paper", "sft", tiny_qwen3_dir)
+    assert sft.algorithm.name == "sft" and sft.data.name == "sft_grp_math" and sft.data.trace_format == "plain"
+    assert sft.train == grp_sft.train  # GRP-SFT's settings
+    assert sft.data.sft_files == "pkg://sarl.samples/sft/grp_math_cot.jsonl"
+    validate_verl_sft_config(build_verl_sft_config(sft, str(tmp_path), "grp_cot_sft_paper"))
+
+    def rows(data):
+        return [json.loads(line) for line in resolve_path(data.sft_files).read_text().splitlines()]
+
+    cot, graph = rows(sft.data), rows(grp_sft.data)
+    assert [r["prompt"] for r in cot] == [r["prompt"] for r in graph]
+    for c, g in zip(cot, graph):
+        text = c["completion"][0]["content"]
+        assert parse_graph(text).error is not None and "<known>" not in text  # no graph blocks
+        assert extract_answer(text) == extract_answer("</think>" + parse_graph(g["completion"][0]["content"]).answer)
 
 
 def test_structured_reasoning_table_11_and_15_rows(tmp_path, tiny_qwen3_dir):
     """Table 11 "GRPO" (ACC, with the format score of App. A.4.4) from the structured SFT checkpoint; Table 15
     "+ MaxFlow (free-form)": the 7B model, steps split on blank lines, the plain prompt, no SFT stage."""
-    rl = stage_config("grpo_structured_paper", "rl", f"model.path={tiny_qwen3_dir}")
+    rl, _ = rl_stage("grpo_structured_paper", tmp_path, tiny_qwen3_dir)
     assert rl.reward._target_ == "baselines.combine.WeightedSumReward" and dict(rl.reward.weights) == {
         "accuracy": 1.0,
         "format": 1.0,
     }
     assert rl.reward.components.format.lcs_weight == 0.0 and rl.data.name == "deepscaler_structured"
-    validate_verl_config(build_verl_config(rl, OmegaConf.to_container(rl.reward, resolve=True), str(tmp_path), "g"))
-    free, choices = compose_train_config(["+exp=maxflow_freeform_paper", f"model.path={tiny_qwen3_dir}"])
-    check_supported(free, choices)
+    free, _ = verl_config_for(["+exp=maxflow_freeform_paper"], tmp_path, tiny_qwen3_dir)
     assert compose_train_config(["+exp=maxflow_freeform_paper"])[0].model.path.endswith("R1-Distill-Qwen-7B")
     assert free.pipeline is None and free.reward.step_mode == "paragraphs" and free.data.name == "deepscaler"
     assert free.data.get("prompt_style") in (None, "plain") and free.train.resample_tags is False
     assert free.train.max_response_length == 4096 and free.train.actor_lr == 1e-6 and free.train.rollout_n == 6
-    v = build_verl_config(free, OmegaConf.to_container(free.reward, resolve=True), str(tmp_path), "f")
-    validate_verl_config(v)

@@ -9,8 +9,8 @@ from fakes import KeywordEmbedder
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from sarl.interface import RewardOutput, RolloutBatch
-from sarl.reward import StructureReward, structure_rewards_from_embeddings
+from sarl.structure.interface import RewardOutput, RolloutBatch
+from sarl.structure.reward import StructureReward, structure_rewards_from_embeddings
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -205,7 +205,7 @@ def test_dimension_inferred_from_the_majority_not_the_first_vector():
 def test_every_embedding_config_composes():
     from omegaconf.errors import MissingMandatoryValue
 
-    from sarl.embed.http import HTTPEmbedder
+    from sarl.serving.http import HTTPEmbedder
 
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         server = compose(config_name="score", overrides=["embedding=vllm_server", "embedding.url=http://127.0.0.1:9"])
@@ -224,9 +224,9 @@ def test_failures_are_reported_through_the_shared_record_failures(caplog):
             raise RuntimeError("CUDA out of memory")
 
     reward = StructureReward(Crashing())
-    with caplog.at_level("WARNING", logger="sarl.reward"):
+    with caplog.at_level("WARNING", logger="sarl.structure.reward"):
         run(reward, [think("plan", "calc"), think("check")])
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "sarl.reward" and r.levelname == "WARNING"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "sarl.structure.reward" and r.levelname == "WARNING"]
     assert line.startswith("structure reward: 2 of 2 rows failed")
     assert reward.failure_counts == {"embedding error": 2}
 
@@ -235,8 +235,8 @@ def test_check_ready_embeds_one_text_and_names_a_dead_server():
     import socket
 
     from baselines.combine import WeightedSumReward
-    from sarl.embed.http import HTTPEmbedder
-    from sarl.interface import reward_problem
+    from sarl.serving.http import HTTPEmbedder
+    from sarl.structure.interface import reward_problem
 
     assert reward_problem(StructureReward(KeywordEmbedder())) is None
     with socket.socket() as s:

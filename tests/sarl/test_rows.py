@@ -1,11 +1,12 @@
-"""sarl.rows: the paper rows read from the `paper:` blocks of conf/exp/, the one place that says which run is which
-row of which table; a missing or malformed block is named with its file and what to write."""
+"""sarl.runtime.rows: the paper rows read from the `paper:` blocks of conf/exp/, the one place that says which run is
+which row of which table; a missing or malformed block is named with its file and what to write."""
 
 import pytest
 from omegaconf import OmegaConf
+from testkit import verl_config_for
 
-from sarl.rows import PaperRow, experiments, metadata_problems, paper_experiments, paper_rows, paper_tables
-from sarl.train import compose_train_config
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.rows import PaperRow, experiments, metadata_problems, paper_experiments, paper_rows, paper_tables
 
 
 def test_sarl_table_2_in_the_papers_order():
@@ -35,13 +36,19 @@ def test_sarl_table_2_in_the_papers_order():
 
 
 def test_the_other_papers_tables_in_their_order():
-    """GRP Table 2 (positions 1-4, the base model and the SFT and PASC-GRPO rows, are grp_math_paper's stages and
-    the 8B override) and Structured Reasoning Tables 11 and 15, as the papers print their labels."""
+    """GRP Tables 2 and 4 (Table 2's positions 1, 2 and 4, the base model and the GRP-SFT and PASC-GRPO rows, and
+    Table 4's first, PASC-GRPO again, are grp_math_paper's stages with the 8B override) and Structured Reasoning
+    Tables 11 and 15, as the papers print their labels."""
     assert [(r.position, r.label, r.exp) for r in paper_rows("GRP Table 2")] == [
+        (3, "SFT", "grp_cot_sft_paper"),
         (5, "GRPO", "grp_grpo_paper"),
         (6, "w/o Reachability", "grp_no_reach_paper"),
         (7, "w/o Reach. & RSR", "grp_no_reach_rev_paper"),
         (8, "w/o SCAE", "grp_no_scae_paper"),
+    ]
+    assert [(r.position, r.label, r.exp) for r in paper_rows("GRP Table 4")] == [
+        (2, "w/o Connectivity", "grp_no_conn_paper"),
+        (3, "w/o Conn. & ERS Ratio", "grp_no_conn_ers_paper"),
     ]
     assert [(r.label, r.exp) for r in paper_rows("Structured Reasoning Table 11")] == [
         ("GRPO", "grpo_structured_paper"),
@@ -51,20 +58,15 @@ def test_the_other_papers_tables_in_their_order():
     ]
     (evol,) = paper_rows("EVOL-RL Table 1")
     assert (evol.group, evol.label, evol.exp) == ("Qwen3-4B-Base, MATH-TRAIN", "w/EVOL-RL", "evol_rl_paper")
-    (free,) = paper_rows("Structured Reasoning Table 15")
-    assert (free.group, free.label, free.exp) == (
-        "Isolated Component Training",
-        "+ MaxFlow (free-form)",
-        "maxflow_freeform_paper",
-    )
+    assert [(r.position, r.group, r.label, r.exp) for r in paper_rows("Structured Reasoning Table 15")] == [
+        (4, "Isolated Component Training", "+ MaxFlow (free-form)", "maxflow_freeform_paper"),
+        (6, "Isolated Component Training", "+ Dr.GRPO", "dr_grpo_paper"),
+    ]
 
 
 def test_the_block_reaches_the_composed_config_but_not_the_backend(tmp_path):
-    from sarl.backends.verl.config import build_verl_config
-
-    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    cfg, v = verl_config_for(["+exp=grpo_sarl_math"], tmp_path, validate=False)
     assert cfg.paper.tables[0] == {"table": "SARL Table 2", "position": 6, "group": "GRPO", "label": "w/ SARL (Ours)"}
-    v = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), str(tmp_path), "x")
     assert "paper" not in OmegaConf.to_yaml(v)
     smoke, _ = compose_train_config(["+exp=smoke"])
     assert list(smoke.paper.tables) == [] and smoke.paper.note.startswith("not a row of a paper table")

@@ -1,21 +1,15 @@
 """`python -m sarl.score` on the shipped samples and on a user file."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from testkit import run_module
 
 from sarl.score import read_responses
 
 
 def run_cli(tmp_path, *overrides):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.score", f"hydra.run.dir={tmp_path}/run", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("sarl.score", f"hydra.run.dir={tmp_path}/run", *overrides)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -64,11 +58,12 @@ def test_user_file_with_ablation_and_hdbscan(tmp_path):
     assert rows[1]["score"] == 0.0 and rows[1]["n_steps"] == 0
 
 
-def test_bad_input_file_names_the_line(tmp_path):
+@pytest.mark.parametrize(
+    "text,error",
+    [('{"response": "ok"}\n{"text": "no response field"}\n', "line 2"), ("not json\n", "line 1: not valid JSON")],
+)
+def test_bad_input_file_names_the_line(tmp_path, text, error):
     src = tmp_path / "bad.jsonl"
-    src.write_text('{"response": "ok"}\n{"text": "no response field"}\n')
-    with pytest.raises(ValueError, match="line 2"):
-        read_responses(src)
-    src.write_text("not json\n")
-    with pytest.raises(ValueError, match="line 1: not valid JSON"):
+    src.write_text(text)
+    with pytest.raises(ValueError, match=error):
         read_responses(src)

@@ -1,4 +1,4 @@
-"""SIGTERM/SIGHUP as an exception (sarl.signals), and `python -m sarl.train` stopping its real children
+"""SIGTERM/SIGHUP as an exception (sarl.runtime.signals), and `python -m sarl.train` stopping its real children
 (the verl entry point and the embedding server, each in its own session) when it is terminated."""
 
 import os
@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import fake_vllm_python
+from testkit import fake_vllm_python
 
-from sarl.signals import Terminated, run_in_own_group, signals_as_exceptions
+from sarl.runtime.signals import Terminated, run_in_own_group, signals_as_exceptions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def test_the_first_signal_raises_a_second_is_ignored_and_the_handlers_come_back(
 
 
 def test_an_embedding_server_interrupted_while_starting_is_stopped(tmp_path, monkeypatch):
-    from sarl.embed.server import EmbeddingServer
+    from sarl.serving.server import EmbeddingServer
 
     server = EmbeddingServer("m", python=str(fake_vllm_python(tmp_path)), log_path=tmp_path / "s.log")
     started = []

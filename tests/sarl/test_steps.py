@@ -2,7 +2,7 @@
 
 import pytest
 
-from sarl.steps import extract_reasoning, parse_steps, sanitize, split_steps
+from sarl.structure.steps import extract_reasoning, parse_steps, sanitize, split_steps
 
 
 def test_think_block_is_the_reasoning():

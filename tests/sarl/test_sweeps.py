@@ -10,8 +10,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from sarl.steps import parse_steps
-from sarl.train import check_supported, compose_train_config, experiment_name
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.runs import experiment_name
+from sarl.structure.steps import parse_steps
+from sarl.train import check_supported
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config, validate_verl_config  # noqa: E402
@@ -139,7 +141,7 @@ def test_delimiter_sweep_splits_steps_as_documented():
 
 def test_k_rule_sweep_reaches_the_reward_with_its_documented_k():
     """Every swept rule lands in reward.k_rule on the KMeans math setting and gives the k the sweep's comment lists."""
-    from sarl.cluster import kmeans_k
+    from sarl.structure.cluster import kmeans_k
 
     sweep = load_sweep("k_rule.yaml")
     comment = (SWEEPS_DIR / "k_rule.yaml").read_text(encoding="utf-8")

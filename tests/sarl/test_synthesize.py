@@ -15,20 +15,17 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from testkit import fake_vllm_python
 
 from baselines.grp import graph_rewards, parse_graph
 from baselines.structured_prompt import TAGS, parse_structured, structured_prompt
-from eval.grading import default_grader, extract_answer
-from sarl.data.synthesize import (
-    Prompt,
-    compose_synthesize_config,
-    graph_issues,
-    load_prompt,
-    parse_verdict,
-    structured_issues,
-    synthesize,
-)
-from sarl.train import compose_train_config
+from eval.grading.extract import extract_answer
+from eval.grading.grader import default_grader
+from sarl.data.synthesize.config import compose_synthesize_config
+from sarl.data.synthesize.inputs import Prompt, load_prompt
+from sarl.data.synthesize.run import synthesize
+from sarl.data.synthesize.verify import graph_issues, parse_verdict, structured_issues
+from sarl.launch.compose import compose_train_config
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO / "tests" / "eval"))  # eval_helpers: the loopback chat server
@@ -456,7 +453,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     common = ["source=local", f"input_file={problems}", f"out_dir={tmp_path / 'out'}"]
     _one_error(run_cli(*common, "teacher.model=t", cwd=tmp_path), "teacher.url is not set")
     _one_error(run_cli("recipe=nope", *common, cwd=tmp_path), "recipe", "grp_math")
-    from sarl.embed.server import free_port
+    from sarl.serving.server import free_port
 
     dead = f"http://127.0.0.1:{free_port()}/v1"
     _one_error(run_cli(*common, f"teacher.url={dead}", "teacher.model=t", cwd=tmp_path), "unreachable", dead)
@@ -525,46 +522,19 @@ def test_structured_continue_prefill_for_vllm(tmp_path):
     assert text == "<think>\n" + PREFIX + "inference> 3 + 4 = 7.\n</think>\n\nSo \\boxed{7}."
 
 
-FAKE_VLLM = """
-import json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-args = sys.argv[sys.argv.index("vllm.entrypoints.openai.api_server") + 1:]
-opt = dict(zip(args[::2], args[1::2]))
-open(sys.argv[1], "w").write(json.dumps(args))
-GRAPH = {graph!r}
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def send(self, obj):
-        raw = json.dumps(obj).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(raw))); self.end_headers()
-        self.wfile.write(raw)
-    def do_GET(self):
-        self.send({{"data": [{{"id": opt["--served-model-name"]}}]}} if self.path == "/v1/models" else {{}})
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        text = body["messages"][-1]["content"]
-        if "You check a reasoning graph" in text:
-            content = '{{"passed": true, "issues": []}}'
-        elif "You translate" in text:
-            content = GRAPH
-        else:
-            content = "The answer is \\\\boxed{{7}}."
-        self.send({{"choices": [{{"message": {{"role": "assistant", "content": content}}, "finish_reason": "stop"}}]}})
-HTTPServer((opt["--host"], int(opt["--port"])), H).serve_forever()
-"""
-
-
 @pytest.mark.slow
 def test_teacher_url_auto_starts_and_stops_a_vllm_server(tmp_path):
     """teacher.url=auto starts `PYTHON -m vllm.entrypoints.openai.api_server --model M ...` through
-    sarl.embed.server.VLLMServer (here a stand-in script on loopback) and stops it when the run ends."""
+    sarl.serving.server.VLLMServer (here a stand-in script on loopback) and stops it when the run ends."""
     import httpx
 
     argv_file = tmp_path / "argv.json"
-    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM.format(graph=GOOD["P1"]))
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "fake_vllm.py"}" "{argv_file}" "$@"\n')
-    python.chmod(0o755)
+    answers = [
+        ("You check a reasoning graph", '{"passed": true, "issues": []}'),
+        ("You translate", GOOD["P1"]),
+        ("", "The answer is \\boxed{7}."),
+    ]
+    python = fake_vllm_python(tmp_path, chat=answers, argv_file=argv_file)
     write_problems(tmp_path / "problems.jsonl", [PROBLEMS[0]])
     out = tmp_path / "out"
     cfg = compose_synthesize_config(
@@ -593,7 +563,7 @@ def test_sources_prepared_set_and_s1k(tmp_path):
     data config's suffix); source=s1k takes the gold from the reference solution's last \\boxed{}. Composed
     after sarl.data.prepare is imported (it registers a `dataset` config group process-wide)."""
     import sarl.data.prepare  # noqa: F401
-    from sarl.data.synthesize import load_problems
+    from sarl.data.synthesize.inputs import load_problems
 
     suffix = " Let's think step by step and output the final answer within \\boxed{}."
     prepared = tmp_path / "data" / "aime_1983_2024"

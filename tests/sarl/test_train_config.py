@@ -6,28 +6,23 @@ import sys
 
 import pytest
 import yaml
-from fakes import fake_vllm_python
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
-from testkit import verl_config_for
+from testkit import fake_vllm_python, train_dry_run, verl_config_for
 
-from sarl.rows import metadata_problems, paper_experiments
-from sarl.train import (
-    CONF_DIR,
-    UnsupportedOnBackend,
-    check_supported,
-    compose_train_config,
-    experiment_name,
-    resolve_run_dir,
-)
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.files import CONF_DIR
+from sarl.runtime.rows import experiments, metadata_problems, paper_experiments
+from sarl.runtime.runs import experiment_name, resolve_run_dir
+from sarl.train import UnsupportedOnBackend, check_supported
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config  # noqa: E402
 
 GROUPS = ["model", "algorithm", "reward", "embedding", "data", "backend", "launcher", "logger", "paths"]
-EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
-PAPER_ROWS = paper_experiments()  # conf/exp/ files whose `paper:` block names a paper table (sarl.rows)
-DRY_RUN_ROWS = sorted({*PAPER_ROWS, "grp_code_paper", "grpo_code_exec"})  # + the code rows (in no paper table)
+EXPERIMENTS = experiments()  # every conf/exp/ name
+# the paper rows (conf/exp/ files whose `paper:` block names a paper table) and the code rows (in no paper table)
+DRY_RUN_ROWS = sorted({*paper_experiments(), "grp_code_paper", "grpo_code_exec"})
 
 
 def options(group):
@@ -40,7 +35,7 @@ def options(group):
 def test_every_experiment_says_which_paper_table_rows_it_is():
     problems = metadata_problems()
     assert not problems, "conf/exp/ paper metadata:\n" + "\n".join(problems)
-    assert PAPER_ROWS and set(PAPER_ROWS) <= set(EXPERIMENTS)
+    assert paper_experiments() and set(paper_experiments()) <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
@@ -65,10 +60,10 @@ def test_unknown_option_lists_the_valid_ones():
 def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_not(exp, tmp_path, tiny_qwen3_dir):
     cfg, choices = compose_train_config([f"+exp={exp}"])
     assert experiment_name(choices) == exp
-    if cfg.get("pipeline"):  # several stages: each is checked in tests/sarl/test_paper_rows.py
-        from sarl.pipeline import stages_of
+    if cfg.get("pipeline"):  # one stage or more: each is checked in tests/sarl/test_paper_rows.py
+        from sarl.launch.pipeline import stages_of
 
-        assert len(stages_of(cfg)) >= 2
+        assert len(stages_of(cfg)) >= 1
         return
     try:
         check_supported(cfg, choices)
@@ -84,6 +79,7 @@ def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_no
     own_model = {
         "evol_rl_paper": "Qwen/Qwen3-4B-Base",
         "maxflow_freeform_paper": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "dr_grpo_paper": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
         "grpo_code_exec": "Qwen/Qwen3-4B-Base",  # GRP's code setting (grp_code_paper's base model)
     }
     assert cfg.model.path == own_model.get(exp, "Qwen/Qwen3-4B")  # the other papers' rows: their paper's model
@@ -171,12 +167,7 @@ def test_run_dir_has_date_time_and_slurm_job_and_is_found_again_on_requeue(tmp_p
 
 @pytest.mark.slow
 def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.train", "+exp=grpo_sarl_math", "train.dry_run=true", f"paths.root={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = train_dry_run("+exp=grpo_sarl_math", f"paths.root={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     v = yaml.safe_load(proc.stdout)  # stdout is YAML and nothing else
     assert v["actor_rollout_ref"]["rollout"]["n"] == 8 and v["algorithm"]["adv_estimator"] == "grpo"
@@ -193,7 +184,7 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
 
     from hydra.utils import instantiate
 
-    from sarl.train import embedding_server_for
+    from sarl.serving.auto import embedding_server_for
 
     fake_python = fake_vllm_python(tmp_path)
     cfg, _ = compose_train_config(
@@ -211,7 +202,9 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
         assert url.startswith("http://127.0.0.1:")
         reward = instantiate(reward_cfg)
         (out,) = reward(
-            __import__("sarl.interface", fromlist=["x"]).RolloutBatch.from_responses(["<think>a\n\nbb</think>"])
+            __import__("sarl.structure.interface", fromlist=["x"]).RolloutBatch.from_responses(
+                ["<think>a\n\nbb</think>"]
+            )
         )
         assert out.failed is None and out.diagnostics["n_steps"] == 2
         pids = [

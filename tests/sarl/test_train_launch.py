@@ -9,25 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from testkit import run_module, train_dry_run
 
 pytest.importorskip("verl")
 from sarl.backends.verl.config import build_verl_config  # noqa: E402
-from sarl.network import is_loopback, routable_ip  # noqa: E402
-from sarl.train import compose_train_config, planned_embedding_server, wandb_env  # noqa: E402
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.network import is_loopback, routable_ip  # noqa: E402
+from sarl.runtime.runs import wandb_env
+from sarl.serving.auto import planned_embedding_server
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "fixtures" / "models"
-
-
-def dry_run(*overrides, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "sarl.train", *overrides, "train.dry_run=true"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-    )
 
 
 # -- W&B in every process of the run ------------------------------------------------------------
@@ -38,7 +30,7 @@ def test_wandb_settings_travel_in_rays_runtime_env(tmp_path):
     started by `ray start` before sarl.train ran), so the W&B settings go into the runtime_env verl's
     run_ppo passes to ray.init."""
     run_dir = f"run_dir={tmp_path / 'run'}"
-    proc = dry_run("+exp=grpo_sarl_math", "logger.entity=my-team", run_dir, env={"WANDB_MODE": ""})
+    proc = train_dry_run("+exp=grpo_sarl_math", "logger.entity=my-team", run_dir, env={"WANDB_MODE": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     env_vars = yaml.safe_load(proc.stdout)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert env_vars["WANDB_RUN_ID"] == "grpo_sarl_math-run" and env_vars["WANDB_RESUME"] == "allow"
@@ -63,7 +55,8 @@ import os, sys, yaml, ray
 from omegaconf import OmegaConf, read_write
 from verl.trainer.main_ppo import run_ppo
 from sarl.backends.verl.config import build_verl_config
-from sarl.train import compose_train_config, experiment_name, wandb_env
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.runs import experiment_name, wandb_env
 
 model, run_dir, out = sys.argv[1:4]
 cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={model}"])
@@ -135,7 +128,7 @@ def test_several_nodes_put_a_routable_url_into_verls_config(tmp_path):
         ip = routable_ip()
     except OSError as err:
         pytest.skip(f"this machine has no non-loopback route: {err}")
-    proc = dry_run("+exp=grpo_sarl_math", "train.nnodes=2", env={"RAY_ADDRESS": f"{ip}:6379"})
+    proc = train_dry_run("+exp=grpo_sarl_math", "train.nnodes=2", env={"RAY_ADDRESS": f"{ip}:6379"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     url = yaml.safe_load(proc.stdout)["reward"]["custom_reward_function"]["reward_kwargs"]["reward"]["embedder"]["url"]
     host = url.split("//")[1].rsplit(":", 1)[0]
@@ -150,7 +143,7 @@ def test_several_nodes_put_a_routable_url_into_verls_config(tmp_path):
 
 
 def test_several_nodes_refuse_a_loopback_embedding_url():
-    proc = dry_run("+exp=grpo_sarl_math", "train.nnodes=2", "embedding.url=http://127.0.0.1:8000")
+    proc = train_dry_run("+exp=grpo_sarl_math", "train.nnodes=2", "embedding.url=http://127.0.0.1:8000")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert "loopback" in lines[-1] and "train.nnodes=2" in lines[-1] and "Traceback" not in proc.stderr
@@ -215,22 +208,8 @@ def test_a_real_run_stops_before_launch_on_an_overfull_gpu(tmp_path, caplog):
 
 
 def test_preflight_on_a_cpu_machine_reports_the_gpu_checks_failed(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sarl.preflight",
-            "+exp=ppo_sarl_math",
-            f"paths.root={tmp_path}",
-            f"model.path={MODELS / 'qwen3_4b'}",
-            f"embedding.model={MODELS / 'qwen3_embedding_0.6b'}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
-    )
+    models = [f"model.path={MODELS / 'qwen3_4b'}", f"embedding.model={MODELS / 'qwen3_embedding_0.6b'}"]
+    proc = run_module("sarl.preflight", "+exp=ppo_sarl_math", f"paths.root={tmp_path}", *models, env={"COLUMNS": "200"})
     assert proc.returncode == 1, proc.stderr[-2000:]
     rows = {}
     for line in proc.stdout.splitlines():
@@ -247,13 +226,7 @@ def test_preflight_on_a_cpu_machine_reports_the_gpu_checks_failed(tmp_path):
 
 
 def test_preflight_names_a_misspelt_override():
-    proc = subprocess.run(
-        [sys.executable, "-m", "sarl.preflight", "+exp=grpo_sarl_math", "train.rollout_nn=8"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("sarl.preflight", "+exp=grpo_sarl_math", "train.rollout_nn=8")
     assert proc.returncode == 2 and "rollout_nn" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -20,7 +20,8 @@ from submitit.slurm.slurm import _make_sbatch_string
 from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
-from sarl.train import compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.train import main
 from slurm.launcher import (
     ModuleJob,
     SlurmSettings,
@@ -376,7 +377,7 @@ def test_checkpoint_requeues_the_same_job_and_pickles_without_its_process(tmp_pa
 
 @pytest.mark.parametrize("code", ["os.kill(os.getpid(), signal.SIGTERM)", "sys.exit(128 + signal.SIGTERM)"])
 def test_a_run_ended_by_sigterm_waits_for_slurms_next_signal(code, tmp_path, capsys):
-    """Killed by SIGTERM, or stopped on it and exiting 143 as sarl.train does (sarl.signals): the job waits for
+    """Killed by SIGTERM, or stopped on it and exiting 143 as sarl.train does (sarl.runtime.signals): the job waits for
     submitit's USR2 (checkpoint and requeue) instead of failing at once."""
     (tmp_path / "terminated_run.py").write_text(f"import os, signal, sys\n{code}\n")
     job = ModuleJob("terminated_run", [], str(tmp_path), SlurmSettings(signal_delay_s=0), sys.executable)

@@ -3,38 +3,12 @@ common to GRPO, DPO and SFT (imported by sarl.backends.trl.run and sarl.backends
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 OUTPUT_SUBDIR = "checkpoints"
-
-
-def resolve_path(path: str) -> Path:
-    """A path from config; `pkg://package/relative/path` names a file shipped inside a package."""
-    if path.startswith("pkg://"):
-        package, _, rel = path[len("pkg://") :].partition("/")
-        return Path(str(resources.files(package).joinpath(rel)))
-    return Path(path)
-
-
-def read_jsonl(path: Path, what: str) -> list[dict]:
-    if not path.exists():
-        raise FileNotFoundError(f"{what} file {path} does not exist; prepare the data set first (sarl.data.prepare)")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{i + 1}: not JSON ({err})") from err
-    if not rows:
-        raise ValueError(f"{what} file {path} has no rows")
-    return rows
 
 
 def common_args(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:

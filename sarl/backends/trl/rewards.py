@@ -23,8 +23,8 @@ import json
 import math
 from typing import Any, Sequence
 
-from sarl.interface import Reward, RewardsFailedError, RolloutBatch
-from sarl.metrics import batch_diagnostic_keys, reward_metrics
+from sarl.structure.interface import Reward, RewardsFailedError, RolloutBatch
+from sarl.structure.metrics import batch_diagnostic_keys, reward_metrics
 
 
 def message_text(messages: Any) -> str:
@@ -37,7 +37,7 @@ def message_text(messages: Any) -> str:
 
 
 class TRLReward:
-    """A TRL reward function around one reward object (`sarl.interface.Reward`)."""
+    """A TRL reward function around one reward object (`sarl.structure.interface.Reward`)."""
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
 """backend=trl: GRPO (TRL's GRPOTrainer), DPO (TRL's DPOTrainer) and SFT (TRL's SFTTrainer,
-sarl.backends.trl.sft) on a CPU or one GPU.
+sarl.backends.trl.sft) on a CPU or one GPU; DPO also over the GPUs of a node, one process per GPU with FSDP
+(`backend.distributed: fsdp`, sarl.backends.trl.distributed).
 
 The same conf/ groups as verl: `train.*` (SARL Tables 6-7 names) are mapped onto TRL's
 arguments here, the reward object comes from `conf/reward/*` unchanged, and the run writes
@@ -20,15 +21,19 @@ Loss aggregation: TRL's "dapo" = token mean over the accumulated batch (verl's t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args, read_jsonl, resolve_path  # noqa: F401
+from sarl.backends.trl import distributed
+from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
+from sarl.runtime.checks import Check
+from sarl.runtime.files import read_jsonl, resolve_path
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -55,12 +60,27 @@ def unsupported(cfg: DictConfig) -> str | None:
         )
     if int(cfg.train.get("nnodes", 1)) > 1:
         return "backend=trl runs on one machine; multi-node runs use backend=verl"
+    why = distributed.unsupported(cfg)
+    if why:
+        return why
     if algorithm == "grpo":
         try:
             batch_plan(cfg.train)
         except ValueError as err:  # before the policy is built, not a traceback at the first step
             return f"{err}: change train.micro_batch_size_per_gpu or the batch sizes"
     return None
+
+
+def row_checks(cfg: DictConfig) -> list[Check]:
+    """The preflight's checks of a TRL row's config: what TRL refuses (`unsupported`), the training file."""
+    why = unsupported(cfg)
+    out = [Check("TRL config", why is None, why or f"{cfg.algorithm.name}, {distributed.processes(cfg)} process(es)")]
+    key = TRAIN_FILE_KEYS[cfg.algorithm.name]
+    path = resolve_path(str(cfg.data.get(key)))
+    if path.is_file():
+        return [*out, Check("data", True, f"data.{key} = {path}")]
+    fix = f"python -m sarl.data.prepare dataset={cfg.data.name}"
+    return [*out, Check("data", False, f"data.{key} = {path} does not exist", fix)]
 
 
 def policy_path(cfg: DictConfig) -> Path | str:
@@ -190,13 +210,17 @@ def grpo_args(cfg: DictConfig, run_dir: Path):
 
 
 def dpo_args(cfg: DictConfig, run_dir: Path):
+    """`train.ppo_mini_batch_size` pairs per optimiser step = micro-batch x accumulation x processes; several
+    processes shard the models with FSDP (sarl.backends.trl.distributed)."""
     from trl import DPOConfig
 
     t = cfg.train
+    micro = int(t.micro_batch_size_per_gpu)
     return DPOConfig(
         **common_args(cfg, run_dir),
-        per_device_train_batch_size=int(t.micro_batch_size_per_gpu),
-        gradient_accumulation_steps=max(1, int(t.ppo_mini_batch_size) // int(t.micro_batch_size_per_gpu)),
+        **distributed.fsdp_args(cfg),
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=max(1, int(t.ppo_mini_batch_size) // (micro * distributed.processes(cfg))),
         beta=float(cfg.algorithm.beta),
         max_length=int(t.max_prompt_length) + int(t.max_response_length),
     )
@@ -215,17 +239,38 @@ TRAIN_FILE_KEYS = {"grpo": "trl_train_files", "dpo": "dpo_files", "sft": "sft_fi
 
 
 def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """What `train.dry_run=true` prints for backend=trl: the trainer, its arguments and the inputs."""
-    args = trainer_args(cfg, run_dir)
+    """What `train.dry_run=true` prints for backend=trl: the trainer, its arguments and the inputs; for several
+    processes, how they are started (`launch`: torchrun's arguments; sarl.train prints the whole command, with the
+    interpreter, on stderr)."""
+    with bf16_as_on_the_gpu_node(cfg):
+        args = trainer_args(cfg, run_dir)
     keys = sorted(k for k in vars(type(args)).get("__dataclass_fields__", {}) if not k.startswith("_"))
     values = {k: getattr(args, k) for k in keys}
-    return {
+    out = {
         "trainer": TRAINERS[cfg.algorithm.name],
         "model": cfg.model.path or {"build": OmegaConf.to_container(cfg.model.build, resolve=True)},
         "train_file": str(cfg.data.get(TRAIN_FILE_KEYS[cfg.algorithm.name])),
         "reward": OmegaConf.to_container(cfg.reward, resolve=True) if cfg.algorithm.name == "grpo" else None,
         "args": json.loads(json.dumps(values, default=str)),
     }
+    n = distributed.processes(cfg)
+    if n > 1:
+        out["launch"] = {"processes": n, "torchrun": distributed.torchrun_args(run_dir, n)}
+    return out
+
+
+@contextlib.contextmanager
+def bf16_as_on_the_gpu_node(cfg: DictConfig) -> Iterator[None]:
+    """TrainingArguments refuse `bf16` on a machine without a bf16 GPU (transformers training_args.py:1706-1712); a
+    dry run describes the run on its GPU node, where the preflight and sarl.train check the GPUs, so within this
+    block that check sees one. Nothing changes for a row without bf16 or on the CPU (`backend.use_cpu`)."""
+    if not cfg.backend.bf16 or cfg.backend.use_cpu:
+        yield
+        return
+    from unittest import mock
+
+    with mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True):
+        yield
 
 
 WEIGHT_FILES = (
@@ -284,9 +329,21 @@ def failed_rewards_before(metrics_path: Path, last_step: int) -> int:
 def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     if "wandb" not in cfg.logger.backends:
         return None
-    from sarl.runs import wandb_init
+    from sarl.runtime.runs import wandb_init
 
     return wandb_init(cfg, meta, run_dir, env)
+
+
+def reference_model(cfg: DictConfig, model_path: Path | str):
+    """DPO's reference model in bfloat16 where the run computes in it (`backend.bf16`): forward-only, it computes
+    with the same bf16 weights that autocast would cast a float32 copy to, in half the memory (decisions §7.5).
+    None otherwise: TRL then loads it like the policy (trl dpo_trainer.py:916-927)."""
+    if not cfg.backend.bf16:
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
 
 
 def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict) -> tuple[Any, Any]:
@@ -294,7 +351,7 @@ def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict) -> tuple[Any, An
     embedder (built once: a training reward with an `embedder` uses the same one)."""
     from hydra.utils import instantiate
 
-    from sarl.heldout import HeldOut
+    from sarl.reports.heldout import HeldOut
 
     embedder = instantiate(reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True))
     structure = instantiate(OmegaConf.to_container(cfg.heldout.structure, resolve=True), embedder=embedder)
@@ -311,7 +368,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
-    from sarl.interface import RewardsFailedError
+    from sarl.structure.interface import RewardsFailedError
 
     if cfg.backend.torch_threads:
         torch.set_num_threads(int(cfg.backend.torch_threads))
@@ -320,12 +377,13 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    main = distributed.is_main_process()  # rank 0 writes the run's files and logs (one process: this one)
     resume = last_checkpoint(run_dir)
     metrics_path = run_dir / METRICS_FILE
     failed_before = 0
     if resume is not None:
         state = json.loads((resume / "trainer_state.json").read_text())
-        dropped = truncate_metrics(metrics_path, int(state["global_step"]))
+        dropped = truncate_metrics(metrics_path, int(state["global_step"])) if main else 0
         failed_before = failed_rewards_before(metrics_path, int(state["global_step"]))
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
     args = trainer_args(cfg, run_dir)
@@ -336,7 +394,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     elif cfg.get("heldout"):
         heldout, embedder = _heldout(cfg, run_dir, reward_node)
         heldout_before = heldout.before(model, tokenizer)
-    wandb_run = _wandb_run(cfg, meta, run_dir, env)
+    wandb_run = _wandb_run(cfg, meta, run_dir, env) if main else None
     recorder = MetricsRecorder(metrics_path, wandb_run)
     try:
         if cfg.algorithm.name == "grpo":
@@ -344,7 +402,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
 
             from sarl.backends.trl.rewards import TRLReward
             from sarl.backends.trl.trainer import SarlGRPOTrainer
-            from sarl.interface import check_reward
+            from sarl.structure.interface import check_reward
 
             shared = {"embedder": embedder} if embedder is not None and reward_node.get("embedder") else {}
             reward_obj = check_reward(instantiate(reward_node, **shared))  # one embedder for reward and held-out
@@ -387,6 +445,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
 
             trainer = DPOTrainer(
                 model=model,
+                ref_model=reference_model(cfg, model_path),
                 args=args,
                 train_dataset=preference_dataset(cfg),
                 processing_class=tokenizer,
@@ -403,7 +462,9 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             (run_dir / "summary.json").write_text(json.dumps(stopped, indent=2))  # no final checkpoint
             return 1
         final = run_dir / FINAL_SUBDIR
-        trainer.save_model(str(final))
+        trainer.save_model(str(final))  # every rank: FSDP gathers the whole model, rank 0 writes it
+        if not main:
+            return 0
         tokenizer.save_pretrained(str(final))
         heldout_block = heldout.report(heldout_before, heldout.after(trainer.model, tokenizer)) if heldout else None
     finally:
@@ -423,7 +484,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     if cfg.algorithm.name == "grpo":
         summary["failed_rewards"] = reward.failed_total
     if heldout_block is not None:
-        from sarl.heldout import table
+        from sarl.reports.heldout import table
 
         summary["heldout"] = heldout_block
         console.print(table(heldout_block))

@@ -20,48 +20,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from sarl.errors import UserError
+from sarl.data.sft import sft_max_length, sft_rows
+from sarl.runtime.errors import UserError
 
 log = logging.getLogger("sarl.train.trl")
-
-
-def sft_max_length(cfg: DictConfig) -> int:
-    """`algorithm.max_length`, or prompt + response length when null."""
-    if cfg.algorithm.get("max_length"):
-        return int(cfg.algorithm.max_length)
-    return int(cfg.train.max_prompt_length) + int(cfg.train.max_response_length)
-
-
-def sft_rows(path: Path) -> list[dict[str, list[dict]]]:
-    """The traces of `path` as conversational prompt-completion rows (module docstring); a malformed row is a
-    UserError naming its line."""
-    from sarl.backends.trl.common import read_jsonl
-
-    if not path.exists():
-        raise UserError(f"data.sft_files={path} does not exist; write the SFT set first (sarl.data.synthesize)")
-    out = []
-    for i, row in enumerate(read_jsonl(path, "data.sft_files")):
-        where = f"{path}:{i + 1}"
-        if "messages" in row and "prompt" not in row:
-            messages = row["messages"]
-            if not (isinstance(messages, list) and len(messages) >= 2):
-                raise UserError(f"{where}: 'messages' must list at least a prompt and the assistant's reply")
-            prompt, completion = messages[:-1], messages[-1:]
-        else:
-            prompt, completion = row.get("prompt"), row.get("completion")
-        for name, value in (("prompt", prompt), ("completion", completion)):
-            if not (isinstance(value, list) and value and all(_is_message(m) for m in value)):
-                raise UserError(f"{where}: '{name}' must be a non-empty list of chat messages ({{role, content}})")
-        if completion[-1]["role"] != "assistant":
-            raise UserError(
-                f"{where}: the target (last message) must be an assistant turn, not {completion[-1]['role']!r}"
-            )
-        out.append({"prompt": prompt, "completion": completion})
-    return out
-
-
-def _is_message(m: Any) -> bool:
-    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
 
 
 def sft_dataset(cfg: DictConfig, tokenizer: Any):
@@ -69,7 +31,7 @@ def sft_dataset(cfg: DictConfig, tokenizer: Any):
     (`algorithm.truncation: error`) or is cut at its end by TRL (`right`), counted either way."""
     from datasets import Dataset
 
-    from sarl.backends.trl.common import resolve_path
+    from sarl.runtime.files import resolve_path
 
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")

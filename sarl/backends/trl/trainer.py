@@ -38,7 +38,7 @@ class SarlGRPOTrainer(GRPOTrainer):
         import json
 
         from baselines.structured_prompt import draw_key, redraw_tags
-        from sarl.interface import USER_PROMPT_KEY
+        from sarl.structure.interface import USER_PROMPT_KEY
 
         epoch = int(self.state.epoch or 0)
         out = []

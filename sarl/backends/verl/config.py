@@ -207,6 +207,19 @@ def compose_verl_base(config_name: str = "ppo_trainer") -> DictConfig:
         return compose(config_name)
 
 
+def verl_config_with(config_name: str, values: dict[str, Any], what: str, fix: str) -> DictConfig:
+    """verl's packaged config `config_name` (`compose_verl_base`) with `values` (dotted key -> value) written over
+    it; a key verl's config does not have is a KeyError saying that `what` has no such key and what to `fix`."""
+    base = compose_verl_base(config_name)
+    OmegaConf.set_struct(base, True)
+    for key, value in values.items():
+        try:
+            OmegaConf.update(base, key, value, merge=False)
+        except Exception as err:  # omegaconf raises several error types for a missing key
+            raise KeyError(f"{what} has no config key {key!r} ({err.__class__.__name__}); {fix}") from err
+    return base
+
+
 def build_verl_config(
     cfg: DictConfig, reward_cfg: dict, run_dir: str, experiment: str, env_vars: dict[str, str] | None = None
 ) -> DictConfig:
@@ -220,16 +233,12 @@ def build_verl_config(
     group_reward = is_group_reward(reward_cfg)
     if group_reward:
         _check_votes(reward_cfg, cfg.train)
-    base = compose_verl_base()
-    OmegaConf.set_struct(base, True)
-    for key, value in verl_values(cfg, run_dir, experiment, group_reward).items():
-        try:
-            OmegaConf.update(base, key, value, merge=False)
-        except Exception as err:  # omegaconf raises several error types for a missing key
-            raise KeyError(
-                f"verl {cfg.backend.version} has no config key {key!r} ({err.__class__.__name__}); "
-                "fix conf/backend/verl.yaml overrides or sarl/backends/verl/config.py"
-            ) from err
+    base = verl_config_with(
+        "ppo_trainer",
+        verl_values(cfg, run_dir, experiment, group_reward),
+        f"verl {cfg.backend.version}",
+        "fix conf/backend/verl.yaml overrides or sarl/backends/verl/config.py",
+    )
     with read_write(base.reward.custom_reward_function), open_dict(base.reward.custom_reward_function):
         base.reward.custom_reward_function.reward_kwargs = {"reward": reward_cfg}
     with read_write(base.trainer.v1), open_dict(base.trainer.v1):

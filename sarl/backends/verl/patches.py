@@ -5,7 +5,7 @@ there is imported when verl is), in the environment of the launched entry point 
 the driver, the task runner, every Ray worker (actor, reference, critic, rollout, reward) and every torchrun
 rank of an SFT stage import it before they build a model. It does three things:
 
-- **trl's value head** (docs/decisions.md §7.8): verl's `apply_monkey_patch`
+- **trl's value head** (docs/decisions.md §7.2): verl's `apply_monkey_patch`
   (verl/models/transformers/monkey_patch.py:352-359), which runs for every actor and reference model,
   imports `AutoModelForCausalLMWithValueHead` from `trl.experimental.ppo` or `trl` only to set its
   `state_dict`; trl 1.16 (the TRL back end's pin) has neither, so every verl model build failed with an
@@ -15,7 +15,7 @@ rank of an SFT stage import it before they build a model. It does three things:
 - **metrics.jsonl survives a resume**: verl's file logger (`trainer.logger` "file", `VERL_FILE_LOGGER_PATH`) opens
   its file with "wb" (verl/utils/tracking.py:541), so a resumed run erased the steps logged before the stop;
   `append_file_logger` opens it for appending (a repeated step's later record wins where it is read,
-  sarl.figures.read_metrics_history).
+  sarl.reports.figures.read_metrics_history).
 - **the critic's attention**: importing `sarl.backends.verl.attention` replaces verl's critic loader, which
   hard-codes flash_attention_2, in this process. verl's own `critic.model.external_lib` import runs only where
   the critic's `HFModelConfig` is built (the task runner); the Ray worker that loads the critic gets a pickled

@@ -32,9 +32,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.backends.trl.sft import sft_max_length
-from sarl.backends.verl.config import _flatten, compose_verl_base, process_env
-from sarl.errors import UserError
+from sarl.backends.verl.config import _flatten, process_env, verl_config_with
+from sarl.data.sft import sft_max_length
+from sarl.runtime.errors import UserError
+from sarl.runtime.signals import torchrun_command
 
 VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
 SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
@@ -224,17 +225,12 @@ def renders_prompts_alike(tokenizer: Any, template: str, own: str) -> bool:
 
 
 def build_verl_sft_config(cfg: DictConfig, run_dir: str, experiment: str) -> DictConfig:
-    base = compose_verl_base("sft_trainer_engine")
-    OmegaConf.set_struct(base, True)
-    for key, value in verl_sft_values(cfg, run_dir, experiment).items():
-        try:
-            OmegaConf.update(base, key, value, merge=False)
-        except Exception as err:  # omegaconf raises several error types for a missing key
-            raise KeyError(
-                f"verl {cfg.backend.version}'s SFT trainer has no config key {key!r} ({err.__class__.__name__}); "
-                "fix backend.sft_overrides or sarl/backends/verl/sft.py"
-            ) from err
-    return base
+    return verl_config_with(
+        "sft_trainer_engine",
+        verl_sft_values(cfg, run_dir, experiment),
+        f"verl {cfg.backend.version}'s SFT trainer",
+        "fix backend.sft_overrides or sarl/backends/verl/sft.py",
+    )
 
 
 def validate_verl_sft_config(config: DictConfig) -> None:
@@ -250,9 +246,9 @@ def validate_verl_sft_config(config: DictConfig) -> None:
 
 
 def sft_traces(cfg: DictConfig) -> tuple[Path, list[dict]]:
-    """The data group's `sft_files` and its traces as prompt-completion rows (sarl.backends.trl.sft.sft_rows)."""
-    from sarl.backends.trl.common import resolve_path
-    from sarl.backends.trl.sft import sft_rows
+    """The data group's `sft_files` and its traces as prompt-completion rows (sarl.data.sft.sft_rows)."""
+    from sarl.data.sft import sft_rows
+    from sarl.runtime.files import resolve_path
 
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
@@ -295,22 +291,14 @@ def sft_launch_command(cfg: DictConfig, run_dir: Path) -> list[str]:
             f"algorithm=sft on backend=verl with train.nnodes={cfg.train.nnodes}: sarl.train starts torchrun on one "
             "node only; SFT of the seed papers' sets fits one node (train.nnodes=1)"
         )
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc_per_node={int(cfg.train.n_gpus_per_node)}",
-        "-m",
+    return torchrun_command(
+        int(cfg.train.n_gpus_per_node),
         SFT_ENTRY_MODULE,
-        "--config-path",
-        str(run_dir),
-        "--config-name",
-        VERL_SFT_CONFIG_NAME,
-        f"hydra.run.dir={run_dir}",
-        "hydra.output_subdir=verl_hydra",
-    ]
+        [
+            *("--config-path", str(run_dir), "--config-name", VERL_SFT_CONFIG_NAME),
+            *(f"hydra.run.dir={run_dir}", "hydra.output_subdir=verl_hydra"),
+        ],
+    )
 
 
 def final_hf_checkpoint(run_dir: Path) -> Path | None:
@@ -333,8 +321,8 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     `train.dry_run=true` prints the config and the command only."""
     import shlex
 
-    from sarl.runs import run_record, wandb_record
-    from sarl.signals import run_in_own_group
+    from sarl.runtime.runs import run_record, wandb_record
+    from sarl.runtime.signals import run_in_own_group
 
     check_enough_traces(cfg)
     config = build_verl_sft_config(cfg, str(run_dir), experiment)

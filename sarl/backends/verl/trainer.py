@@ -50,8 +50,8 @@ from verl.utils import tensordict_utils as tu
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import is_group_reward, reward_from_config
-from sarl.interface import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
-from sarl.metrics import FAILED_KEY, row_metrics, score_rollouts
+from sarl.structure.interface import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
+from sarl.structure.metrics import FAILED_KEY, row_metrics, score_rollouts
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""sarl.format_preflight: a GRP run refuses a policy that does not write GRP's graph format (exit 2)."""
+"""sarl.launch.format_preflight: a GRP run refuses a policy that does not write GRP's graph format (exit 2)."""
 
 import json
 import subprocess
@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from baselines.grp import parse_graph
-from sarl.errors import UserError
-from sarl.format_preflight import check_format, greedy_responses, parseable_share, transformers_generate
-from sarl.train import compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.launch.format_preflight import check_format, greedy_responses, parseable_share, transformers_generate
+from sarl.runtime.errors import UserError
+from sarl.train import main
 
 REPO = Path(__file__).resolve().parents[3]
 GRAPH = (
@@ -83,7 +84,7 @@ def test_the_policy_answers_in_a_child_process(chat_policy_dir, monkeypatch):
 def test_on_a_gpu_the_check_leaves_no_cuda_context_behind(chat_policy_dir):
     """In a fresh process (pytest's may hold CUDA already): after the check, CUDA was never initialised there."""
     code = (
-        "import torch, sys; from sarl.format_preflight import transformers_generate; "
+        "import torch, sys; from sarl.launch.format_preflight import transformers_generate; "
         f"transformers_generate(sys.argv[1], None, 4)({PROMPTS!r}); print(torch.cuda.is_initialized())"
     )
     out = subprocess.run([sys.executable, "-c", code, chat_policy_dir], capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""sarl.pipeline: SFT then RL from one command on CPU (backend=trl, shipped data), the RL stage starting from the
+"""sarl.launch.pipeline: SFT then RL from one command on CPU (backend=trl, shipped data), the RL stage starting from the
 SFT stage's final checkpoint, each stage in its own run directory, a rerun skipping finished stages."""
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import yaml
 
-from sarl.errors import UserError
-from sarl.pipeline import finished, split_stage_overrides, stages_of
-from sarl.train import compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.launch.pipeline import finished, split_stage_overrides, stages_of
+from sarl.runtime.errors import UserError
+from sarl.train import main
 
 pytest.importorskip("trl")
 
@@ -76,7 +77,7 @@ def test_sft_then_grpo_from_its_checkpoint_and_a_rerun_skips_finished_stages(tmp
     before = {
         p: p.stat().st_mtime_ns for p in (sft / "final" / "model.safetensors", rl / "final" / "model.safetensors")
     }
-    caplog.set_level("INFO", logger="sarl.pipeline")
+    caplog.set_level("INFO", logger="sarl.launch.pipeline")
     assert main(pipeline_overrides(tmp_path, chat_policy_dir, run_dir)) == 0
     assert "stage sft: finished earlier" in caplog.text and "stage rl: finished earlier" in caplog.text
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
@@ -100,7 +101,7 @@ def test_pipeline_dry_run_prints_each_stage_with_the_planned_checkpoint(tmp_path
 
 
 def test_a_stage_is_finished_only_with_its_marker_and_its_checkpoint(tmp_path):
-    from sarl.pipeline import final_checkpoint, mark_done
+    from sarl.launch.pipeline import final_checkpoint, mark_done
 
     verl_rl, _ = compose_train_config(["+exp=grpo_sarl_math"])
     assert final_checkpoint(verl_rl, tmp_path) is None

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sarl.errors import UserError
-from sarl.train import compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.errors import UserError
+from sarl.train import main
 
 pytest.importorskip("trl")
 
@@ -33,7 +34,7 @@ def sft_overrides(root, policy, *extra):
 
 
 def test_sft_rows_read_prompt_completion_and_messages_and_name_bad_lines(tmp_path):
-    from sarl.backends.trl.sft import sft_rows
+    from sarl.data.sft import sft_rows
 
     rows = sft_rows(FIXTURE)
     assert len(rows) == 6
@@ -67,7 +68,8 @@ def test_trl_sft_loss_is_the_mean_cross_entropy_over_completion_tokens_only(tmp_
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from sarl.backends.trl.sft import sft_args, sft_dataset, sft_rows
+    from sarl.backends.trl.sft import sft_args, sft_dataset
+    from sarl.data.sft import sft_rows
 
     cfg, _ = compose_train_config(sft_overrides(tmp_path, chat_policy_dir))
     tok = AutoTokenizer.from_pretrained(chat_policy_dir)

@@ -15,8 +15,9 @@ from testkit import HELDOUT_SMALL, smoke_small
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import batch_plan, policy_path, unsupported
-from sarl.interface import RewardFunction, RewardOutput, reward_class
-from sarl.train import UnsupportedOnBackend, check_supported, compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.structure.interface import RewardFunction, RewardOutput, reward_class
+from sarl.train import UnsupportedOnBackend, check_supported, main
 
 pytest.importorskip("trl")
 
@@ -209,7 +210,7 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
 @pytest.mark.slow
 def test_smoke_compare_trains_each_reward_from_one_policy_and_writes_the_miniatures(policy_cache, tmp_path, capsys):
     """`+exp=smoke_compare` at its smallest: three stages (SARL, Ground-Truth, TTRL) from the same policy, then
-    the report (sarl.compare) in the pipeline's run directory."""
+    the report (sarl.reports.compare) in the pipeline's run directory."""
     import yaml
 
     args = ["+exp=smoke_compare", "logger=none", f"paths.root={tmp_path}", f"model.build.cache_dir={policy_cache}"]
@@ -221,7 +222,7 @@ def test_smoke_compare_trains_each_reward_from_one_policy_and_writes_the_miniatu
         rewards[label] = yaml.safe_load((run / label / "config.yaml").read_text())["reward"]["_target_"]
         assert json.loads((run / label / "summary.json").read_text())["steps"] == 2
     assert rewards == {
-        "SARL": "sarl.reward.StructureReward",
+        "SARL": "sarl.structure.reward.StructureReward",
         "Ground-Truth": "baselines.ground_truth.GroundTruthReward",
         "TTRL": "baselines.ttrl.TTRLReward",
     }

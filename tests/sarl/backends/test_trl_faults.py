@@ -13,8 +13,9 @@ from testkit import smoke_small
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, policy_path, prompt_dataset
-from sarl.interface import RewardFunction, RewardOutput, RewardsFailedError
-from sarl.train import compose_train_config, main
+from sarl.launch.compose import compose_train_config
+from sarl.structure.interface import RewardFunction, RewardOutput, RewardsFailedError
+from sarl.train import main
 
 pytest.importorskip("trl")
 
@@ -151,7 +152,7 @@ def test_a_dead_embedding_server_stops_the_run_before_step_1(policy_cache, tmp_p
 def test_rewards_that_all_fail_after_step_1_stop_the_run_after_max_failed_steps(
     policy_cache, tmp_path, caplog, monkeypatch
 ):
-    from sarl.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
 
     calls = []
     real = SentenceTransformerEmbedder._embed_unique
@@ -188,7 +189,7 @@ def test_failed_rewards_before_sums_the_metrics_up_to_the_step(tmp_path):
 
 @pytest.mark.slow
 def test_resume_skips_a_truncated_checkpoint_and_keeps_the_failure_total(policy_cache, tmp_path, caplog, monkeypatch):
-    from sarl.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder
 
     real = SentenceTransformerEmbedder._embed_unique
 

@@ -15,8 +15,6 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from sarl.backends.verl.attention import flash_attn_usable, resolve_attn_implementation  # noqa: E402
 
-VERL_ROWS = list(verl_paper_rows())  # the paper rows (conf/exp/ `paper:` blocks) that run on verl
-
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, byte_tokenizer):
@@ -41,7 +39,7 @@ def test_auto_takes_flash_attention_only_where_it_can_run():
         resolve_attn_implementation("flash")
 
 
-@pytest.mark.parametrize("exp", VERL_ROWS)
+@pytest.mark.parametrize("exp", verl_paper_rows())
 def test_every_verl_model_of_every_row_loads_with_an_attention_that_exists_here(exp, tiny_checkpoint, tmp_path):
     """The actor/reference and (PPO) critic model configs verl builds from the row's config, as verl's
     workers build them (HFModelConfig through omega_conf_to_dataclass), load on this machine."""

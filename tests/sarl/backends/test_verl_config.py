@@ -8,11 +8,10 @@ import shutil
 import pytest
 from huggingface_hub import constants
 from omegaconf import OmegaConf
-
-from sarl.train import compose_train_config, experiment_name
+from testkit import verl_config_for
 
 pytest.importorskip("verl")
-from sarl.backends.verl.config import build_verl_config, unresolved_model_paths, validate_verl_config  # noqa: E402
+from sarl.backends.verl.config import unresolved_model_paths, validate_verl_config  # noqa: E402
 
 
 @pytest.fixture
@@ -26,9 +25,7 @@ def hub_cache(tmp_path, monkeypatch):
 
 def ppo_verl_config(tmp_path, model_path):
     """PPO (a critic: verl's checks build its model config) on the given policy."""
-    cfg, choices = compose_train_config(["+exp=ppo_sarl_math", f"model.path={model_path}"])
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    return build_verl_config(cfg, reward_cfg, str(tmp_path), experiment_name(choices))
+    return verl_config_for(["+exp=ppo_sarl_math"], tmp_path, model_path, validate=False)[1]
 
 
 def test_a_model_that_is_not_here_is_validated_on_a_stand_in_and_said_so(tmp_path, hub_cache, caplog):

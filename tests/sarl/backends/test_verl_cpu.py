@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sarl.backends.verl.cpu import sync_records
-from sarl.figures import read_metrics_history
+from sarl.reports.figures import read_metrics_history
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
@@ -236,8 +236,8 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
 @pytest.fixture(scope="module")
 def vllm_embedding_server(tmp_path_factory):
     """The real vLLM CPU server (.venv-vllm) embedding with MiniLM over HTTP, as a cluster's embedding server."""
-    from sarl.embed.local import bundled_minilm_path
-    from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+    from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+    from sarl.structure.embed.local import bundled_minilm_path
 
     python = REPO / ".venv-vllm" / "bin" / "python"
     if not python.exists():

@@ -7,7 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from sarl.backends.verl import cpu
-from sarl.compose import CONF_DIR, compose_user_config
+from sarl.launch.compose import compose_user_config
+from sarl.runtime.files import CONF_DIR
 
 ROWS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
 
@@ -21,7 +22,7 @@ def test_every_row_composes_for_the_cpu(row):
     cfg, choices = compose(f"+exp={row}", "backend=verl_cpu")
     assert cfg.backend.name == "verl" and cfg.backend.cpu and cfg.backend.rollout_engine == "hf"
     if cfg.get("pipeline"):
-        return  # each stage is made small when it is composed (sarl.pipeline)
+        return  # each stage is made small when it is composed (sarl.launch.pipeline)
     assert choices["model"] == cpu.TINY_POLICIES[cpu.output_format(cfg)]
     assert cfg.train.total_training_steps == 2 and cfg.train.n_gpus_per_node == 1
 
@@ -111,8 +112,8 @@ def test_code_rows_train_on_the_shipped_code_prompts_with_tests(tmp_path):
     """Rows whose data is `setting: code` get conf/data/smoke_code.yaml (prompts with tests, not the arithmetic
     smoke prompts); each shipped problem's reference solution passes its tests in the sandbox, a wrong one fails."""
     from baselines.code_exec import CodeExecReward
-    from sarl.backends.trl.common import read_jsonl, resolve_path
-    from sarl.interface import RolloutBatch
+    from sarl.runtime.files import read_jsonl, resolve_path
+    from sarl.structure.interface import RolloutBatch
 
     plain, choices = compose("+exp=grpo_code_exec", "backend=verl_cpu")
     assert choices["data"] == "smoke_code" and choices["reward"] == "code_exec" and choices["model"] == "tiny_qwen3"

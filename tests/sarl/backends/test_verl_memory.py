@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from testkit import stage_overrides, verl_config_for, verl_paper_rows
 
 pytest.importorskip("verl")
-from test_verl_attention import VERL_ROWS  # noqa: E402
 
 from sarl import preflight  # noqa: E402
 from sarl.backends.verl import memory  # noqa: E402
-from sarl.backends.verl.config import build_verl_config  # noqa: E402
-from sarl.pipeline import stages_of  # noqa: E402
-from sarl.rows import experiments  # noqa: E402
-from sarl.train import compose_train_config, experiment_name, planned_embedding_server  # noqa: E402
+from sarl.launch.compose import compose_train_config
+from sarl.runtime import memory as runtime_memory  # noqa: E402
+from sarl.runtime.models import find_model_config  # noqa: E402
+from sarl.runtime.rows import experiments  # noqa: E402
+from sarl.serving.auto import planned_embedding_server
 
 MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 QWEN3_4B = MODELS / "qwen3_4b"
@@ -74,21 +75,15 @@ def model_dirs(tmp_path_factory):
 
 
 def row(exp, tmp_path, *extra, model=QWEN3_4B):
-    cfg, choices = compose_train_config([f"+exp={exp}", f"model.path={model}", *extra])
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    return cfg, reward_cfg, build_verl_config(cfg, dict(reward_cfg), str(tmp_path), experiment_name(choices))
+    """(cfg, reward config, verl config) of `+exp=<exp>` and `extra` on the policy `model` (its config.json)."""
+    cfg, v = verl_config_for([f"+exp={exp}", *extra], tmp_path, model, validate=False)
+    return cfg, OmegaConf.to_container(cfg.reward, resolve=True), v
 
 
 def rl_stage(exp, tmp_path, model_dirs, *extra):
     """A row's RL run as sarl.train launches it (a pipeline's `rl` stage), on its own model's config."""
-    top, _ = compose_train_config([f"+exp={exp}", *extra])
-    stage = (
-        [*next(s for s in stages_of(top) if s["name"] == "rl")["overrides"], "pipeline=null"]
-        if top.get("pipeline")
-        else []
-    )
-    model = model_dirs[top.model.path]
-    return row(exp, tmp_path, *stage, *extra, f"embedding.model={EMBEDDER}", model=model)
+    model = model_dirs[compose_train_config([f"+exp={exp}", *extra])[0].model.path]
+    return row(exp, tmp_path, *stage_overrides(exp, "rl"), *extra, f"embedding.model={EMBEDDER}", model=model)
 
 
 def plan_of(cfg, reward_cfg, v, policy=None):
@@ -98,25 +93,30 @@ def plan_of(cfg, reward_cfg, v, policy=None):
 
 
 def test_parameter_counts_and_kv_cache_of_the_real_architectures():
-    assert memory.parameter_count(config(QWEN3_4B)) == N_4B  # "4.0B" on the model card
-    assert memory.parameter_count(config(EMBEDDER)) == 595_776_512  # "0.6B"
+    assert runtime_memory.parameter_count(config(QWEN3_4B)) == N_4B  # "4.0B" on the model card
+    assert runtime_memory.parameter_count(config(EMBEDDER)) == 595_776_512  # "0.6B"
     # critic: the same trunk with a one-label head instead of the tied LM head: 2,560 weights + 1 bias more
-    assert memory.parameter_count(config(QWEN3_4B), head="critic") == N_4B + 2_561
-    assert memory.parameter_count(config(QWEN3_4B), head="base") == N_4B  # tied: the head adds no parameter
-    assert memory.parameter_count(QWEN3_8B) == 8_190_735_360  # "8.2B"
-    assert memory.parameter_count(R1_1_5B) == 1_777_088_000  # "1.78B"
-    assert memory.parameter_count(R1_1_5B, head="base") == 1_777_088_000 - 151_936 * 1536  # no LM head
-    assert memory.parameter_count(R1_7B) == 7_615_616_512  # "7.62B"
+    assert runtime_memory.parameter_count(config(QWEN3_4B), head="critic") == N_4B + 2_561
+    assert runtime_memory.parameter_count(config(QWEN3_4B), head="base") == N_4B  # tied: the head adds no parameter
+    assert runtime_memory.parameter_count(QWEN3_8B) == 8_190_735_360  # "8.2B"
+    assert runtime_memory.parameter_count(R1_1_5B) == 1_777_088_000  # "1.78B"
+    assert runtime_memory.parameter_count(R1_1_5B, head="base") == 1_777_088_000 - 151_936 * 1536  # no LM head
+    assert runtime_memory.parameter_count(R1_7B) == 7_615_616_512  # "7.62B"
     # 2 (K, V) x 28 layers x 8 KV heads x 128 x 2 bytes = 114,688 bytes = 112 KiB per token
     assert memory.kv_bytes_per_token(config(EMBEDDER), "bfloat16") == 114_688
 
 
 def test_dtypes_are_spelt_as_verl_and_config_json_spell_them():
-    assert memory.dtype_bytes("fp32") == memory.dtype_bytes("float32") == 4
-    assert memory.dtype_bytes("bf16") == memory.dtype_bytes("bfloat16") == memory.dtype_bytes("fp16") == 2
+    assert runtime_memory.dtype_bytes("fp32") == runtime_memory.dtype_bytes("float32") == 4
+    assert (
+        runtime_memory.dtype_bytes("bf16")
+        == runtime_memory.dtype_bytes("bfloat16")
+        == runtime_memory.dtype_bytes("fp16")
+        == 2
+    )
     with pytest.raises(ValueError, match="unknown dtype 'int4'"):
-        memory.dtype_bytes("int4")
-    assert memory.config_dtype(config(QWEN3_4B)) == "bfloat16" and memory.config_dtype({}) == "float32"
+        runtime_memory.dtype_bytes("int4")
+    assert runtime_memory.config_dtype(config(QWEN3_4B)) == "bfloat16" and runtime_memory.config_dtype({}) == "float32"
 
 
 def test_the_embedding_models_whole_context_does_not_fit_five_percent_of_an_h100():
@@ -130,7 +130,7 @@ def test_the_embedding_models_whole_context_does_not_fit_five_percent_of_an_h100
     assert 8192 < capped.max_len_that_fits < 32768
 
 
-@pytest.mark.parametrize("exp", VERL_ROWS)
+@pytest.mark.parametrize("exp", verl_paper_rows())
 def test_every_rows_embedding_server_fits_its_budget(exp, tmp_path):
     cfg, reward_cfg, _ = row(exp, tmp_path, f"embedding.model={EMBEDDER}")
     server = planned_embedding_server(cfg, reward_cfg)
@@ -279,7 +279,7 @@ def test_eight_b_grpo_with_the_structure_reward(tmp_path):
 def test_an_overfull_plan_fails_and_says_which_share_fits(tmp_path):
     cfg, reward_cfg, v = row("ppo_sarl_math", tmp_path, "backend.rollout_gpu_memory_utilization=0.8")
     _, _, plan = plan_of(cfg, reward_cfg, v)
-    assert not plan.ok and plan.fraction > memory.LIMIT
+    assert not plan.ok and plan.fraction > runtime_memory.LIMIT
     fits = memory.rollout_utilization_that_fits(plan, 0.8)
     assert 0.7 < fits < 0.8
     assert plan_of(*row("ppo_sarl_math", tmp_path, f"backend.rollout_gpu_memory_utilization={fits}"))[2].ok
@@ -380,6 +380,6 @@ def test_a_missing_attention_model_config_fails_the_check_or_is_skipped(tmp_path
 
 
 def test_model_configs_are_found_locally_or_in_the_cache_only_without_download(tmp_path, monkeypatch):
-    assert memory.find_model_config(str(QWEN3_4B))["hidden_size"] == 2560
+    assert find_model_config(str(QWEN3_4B))["hidden_size"] == 2560
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert memory.find_model_config("Qwen/Qwen3-4B") is None  # nothing cached, no download asked for
+    assert find_model_config("Qwen/Qwen3-4B") is None  # nothing cached, no download asked for

@@ -84,7 +84,7 @@ def test_the_value_head_stand_in_refuses_to_build_a_model():
 
 def test_every_verl_run_gets_the_patches_and_a_metrics_file(tmp_path):
     from sarl.backends.verl.config import process_env
-    from sarl.compose import compose_train_config
+    from sarl.launch.compose import compose_train_config
 
     gpu, _ = compose_train_config(["+exp=grpo_sarl_math"])
     env = process_env(gpu, tmp_path)

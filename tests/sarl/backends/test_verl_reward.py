@@ -11,8 +11,8 @@ from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
 
 from sarl.backends.verl.reward import is_group_reward, reward_dataproto, rollout_batch_from_dataproto, row_metrics
-from sarl.interface import RewardFunction, RewardOutput
-from sarl.reward import StructureReward
+from sarl.structure.interface import RewardFunction, RewardOutput
+from sarl.structure.reward import StructureReward
 
 verl = pytest.importorskip("verl")
 
@@ -100,7 +100,7 @@ def test_row_metrics_worked_values_and_a_non_number_is_an_error():
 def test_group_rewards_are_known_by_their_class_without_building_them():
     assert is_group_reward({"_target_": "baselines.ttrl.TTRLReward", "n_votes": 4})
     assert is_group_reward({"_target_": "baselines.evol_rl.EvolRLReward", "embedder": {"_target_": "nowhere.Missing"}})
-    assert not is_group_reward({"_target_": "sarl.reward.StructureReward"}) and not is_group_reward({})
+    assert not is_group_reward({"_target_": "sarl.structure.reward.StructureReward"}) and not is_group_reward({})
 
 
 def test_missing_uid_is_a_clear_error(tokenizer, verl_batch):
@@ -118,7 +118,10 @@ def test_per_sample_path_through_verls_own_reward_manager(tokenizer, verl_batch)
 
     import sarl.backends.verl.reward as bridge
 
-    reward_cfg = {"_target_": "sarl.reward.StructureReward", "embedder": {"_target_": "fakes.KeywordEmbedder"}}
+    reward_cfg = {
+        "_target_": "sarl.structure.reward.StructureReward",
+        "embedder": {"_target_": "fakes.KeywordEmbedder"},
+    }
     config = OmegaConf.create(
         {
             "reward": {

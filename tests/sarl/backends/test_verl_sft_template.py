@@ -2,17 +2,14 @@
 template (tests/fixtures/chat_templates/, decisions §7.1), and refuses before launch, dry run included, a set of
 fewer traces than one batch."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from testkit import stage_overrides, train_dry_run
 
-from sarl.errors import UserError
-from sarl.pipeline import stages_of
-from sarl.train import compose_train_config
+from sarl.launch.compose import compose_train_config
+from sarl.runtime.errors import UserError
 
 pytest.importorskip("verl")
 
@@ -57,10 +54,8 @@ def model_with_template(folder: Path, chat_template: str) -> str:
 
 
 def sft_stage(row: str, *extra: str):
-    """The composed config of a row's SFT stage, as sarl.pipeline composes it."""
-    top, _ = compose_train_config([f"+exp={row}"])
-    stage = next(s for s in stages_of(top) if "algorithm=sft" in s["overrides"])
-    cfg, _ = compose_train_config([f"+exp={row}", *stage["overrides"], "pipeline=null", *extra])
+    """The composed config of a row's SFT stage, as sarl.launch.pipeline composes it."""
+    cfg, _ = compose_train_config([f"+exp={row}", *stage_overrides(row, "sft"), *extra])
     return cfg
 
 
@@ -77,9 +72,9 @@ def test_sft_stage_trains_on_the_whole_trace_under_the_models_own_template(row, 
     from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-    from sarl.backends.trl.common import resolve_path
-    from sarl.backends.trl.sft import sft_rows
     from sarl.backends.verl.sft import build_verl_sft_config, write_sft_parquet
+    from sarl.data.sft import sft_rows
+    from sarl.runtime.files import resolve_path
 
     paper_model = compose_train_config([f"+exp={row}"])[0].model.path
     assert paper_model in TEMPLATE_OF, f"{row}: add {paper_model}'s chat template to tests/fixtures/chat_templates"
@@ -181,20 +176,9 @@ def test_fewer_traces_than_a_batch_are_refused_naming_file_count_and_batch(tmp_p
     assert "set train.train_batch_size to at most 6" in message and "\n" not in message
 
 
-def dry_run(*overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sarl.train", *overrides, "train.dry_run=true"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0", "SARL_DEBUG": "0"},
-    )
-
-
 def test_the_dry_run_stops_with_exit_2_and_one_line(tmp_path, chat_policy_dir):
     common = [f"paths.root={tmp_path}", f"run_dir={tmp_path / 'r'}"]
-    proc = dry_run(
+    proc = train_dry_run(
         "+exp=smoke",
         "algorithm=sft",
         "data=sft_grp_math",
@@ -211,7 +195,7 @@ def test_the_dry_run_stops_with_exit_2_and_one_line(tmp_path, chat_policy_dir):
     assert f"{SFT_FIXTURE} holds 6 traces, fewer than train.train_batch_size=8" in err
 
     # the GRP row's SFT stage (64 traces per step) on the handful of traces shipped with the package
-    proc = dry_run("+exp=grp_math_paper", *common)
+    proc = train_dry_run("+exp=grp_math_paper", *common)
     assert proc.returncode == 2, proc.stderr[-2000:]
     stage, err = proc.stderr.strip().splitlines()  # the pipeline's line naming the stage, then the error
     assert "stage sft:" in stage and "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from testkit import verl_config_for
 
 pytest.importorskip("transfer_queue")
 
@@ -19,7 +20,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from baselines.ttrl import select_for_training  # noqa: E402
-from sarl.backends.verl.config import TRAINER_NAME, build_verl_config, validate_verl_config  # noqa: E402
+from sarl.backends.verl.config import TRAINER_NAME, validate_verl_config  # noqa: E402
 from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTaskRunner,
     SarlTrainer,
@@ -32,8 +33,8 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     streamed_reward_metrics,
     trained_sessions,
 )
-from sarl.interface import RewardsFailedError  # noqa: E402
-from sarl.train import compose_train_config, launch_command  # noqa: E402
+from sarl.structure.interface import RewardsFailedError  # noqa: E402
+from sarl.train import launch_command
 
 # -- plain functions ----------------------------------------------------------------------------
 
@@ -140,9 +141,7 @@ def test_streamed_metrics_from_the_reward_info_verl_keeps_per_rollout():
 
 
 def verl_config(tmp_path, model_dir, *overrides):
-    cfg, _ = compose_train_config([*overrides, f"model.path={model_dir}"])
-    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    return build_verl_config(cfg, reward_cfg, str(tmp_path), "test")
+    return verl_config_for(overrides, tmp_path, model_dir, validate=False)[1]
 
 
 @pytest.mark.slow

@@ -23,17 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from sarl.embed.http import HTTPEmbedder
-from sarl.embed.local import bundled_minilm_path
-from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer, free_port
-from sarl.interface import RewardsFailedError
+from sarl.serving.http import HTTPEmbedder
+from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer, free_port
+from sarl.structure.embed.local import bundled_minilm_path
+from sarl.structure.interface import RewardsFailedError
 
 pytest.importorskip("trl")
 
 from testkit import smoke_small  # noqa: E402
 
 from sarl.backends.trl.rewards import TRLReward  # noqa: E402
-from sarl.reward import StructureReward  # noqa: E402
+from sarl.structure.reward import StructureReward  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_VENV = REPO / ".venv-vllm"

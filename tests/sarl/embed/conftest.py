@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from testkit import LoopbackServer
+from testkit import JSONHandler, LoopbackServer, closing_all
 
-from sarl.embed.local import bundled_minilm_path
-from sarl.embed.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+from sarl.structure.embed.local import bundled_minilm_path
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_VENV = REPO / ".venv-vllm"
@@ -64,8 +62,7 @@ class FakeEmbeddingServer:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._server = LoopbackServer(self._handler_class())
-        self.port = self._server.port
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port, self.url = self._server.port, self._server.url
 
     def vector(self, text: str) -> np.ndarray:
         """The raw (not normalised) vector this server returns for `text`."""
@@ -110,35 +107,18 @@ class FakeEmbeddingServer:
             return self.respond(self, body)
         return 200, self.embeddings_payload(body)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[JSONHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def _send(self, status: int, payload: Any) -> None:
-                raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
                 if self.path == "/health":
-                    self._send(200, b"")
+                    self.send_json(200, b"")
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length))
+                body = self.read_json()
                 with server._lock:
                     server.requests.append(body)
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -146,11 +126,11 @@ class FakeEmbeddingServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
                     if self.path != "/v1/embeddings":
-                        self._send(404, {"error": {"message": f"no route {self.path}"}})
+                        self.send_json(404, {"error": {"message": f"no route {self.path}"}})
                         return
                     if server.delay_s:
                         time.sleep(server.delay_s)
-                    self._send(*server._answer(body))
+                    self.send_json(*server._answer(body))
                 finally:
                     with server._lock:
                         server.in_flight -= 1
@@ -166,15 +146,7 @@ def _encode(vector: np.ndarray, as_base64: bool) -> Any:
 @pytest.fixture
 def fake_server() -> Iterator[Callable[..., FakeEmbeddingServer]]:
     """Factory: `fake_server(dim=8, delay_s=0, script=None, respond=None)`; all closed after."""
-    servers: list[FakeEmbeddingServer] = []
-
-    def make(**kwargs: Any) -> FakeEmbeddingServer:
-        servers.append(FakeEmbeddingServer(**kwargs))
-        return servers[-1]
-
-    yield make
-    for s in servers:
-        s.close()
+    yield from closing_all(FakeEmbeddingServer)
 
 
 @pytest.fixture
@@ -187,42 +159,6 @@ def dead_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         sock.close()
-
-
-class ClosingServer:
-    """Accepts TCP connections on 127.0.0.1 and closes them at once, counting them."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.1)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._sock.close()
-
-
-@pytest.fixture
-def closing_server() -> Iterator[ClosingServer]:
-    server = ClosingServer()
-    yield server
-    server.close()
 
 
 # -- real vLLM (CPU) ----------------------------------------------------------------------

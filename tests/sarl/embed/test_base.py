@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import sarl.embed.base as base
-from sarl.embed.base import Embedder, EmbeddingResult, embed_rows, row_norms
+import sarl.structure.embed.base as base
+from sarl.structure.embed.base import Embedder, EmbeddingResult, embed_rows, row_norms
 
 
 def reference_embed(emb: Embedder, texts: list[str]) -> tuple[EmbeddingResult, Counter, str | None]:
@@ -121,7 +121,7 @@ def test_batched_validation_is_bit_identical_to_one_vector_at_a_time(monkeypatch
     texts, table, failures = scripted_texts(seed=dim or 0, n=300, d=dim or 24)
     ref, ref_counts, ref_first = reference_embed(ScriptedEmbedder(table, failures, dim), texts)
     emb = ScriptedEmbedder(table, failures, dim)
-    with caplog.at_level(logging.WARNING, logger="sarl.embed.base"):
+    with caplog.at_level(logging.WARNING, logger="sarl.structure.embed.base"):
         res = emb.embed(texts)
     assert res.vectors.dtype == np.float32 and res.vectors.shape == ref.vectors.shape
     assert res.vectors.tobytes() == ref.vectors.tobytes()  # bit for bit, NaN rows included

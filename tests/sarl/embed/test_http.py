@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from sarl.embed.http import HTTPEmbedder
+from sarl.serving.http import HTTPEmbedder
 
 VLLM_MODEL_NAME = "minilm"  # --served-model-name of the vllm_server fixture (conftest.py)
 
@@ -155,7 +155,7 @@ def test_server_down_fails_every_text_fast(dead_url, caplog):
     # the retries of every request (the circuit breaker, which would cut them short, is tested in test_http_client.py)
     with make(dead_url, batch_size=3, max_retries=3, backoff_s=0.01, breaker_failures=None) as emb:
         t0 = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="sarl.embed.http"):
+        with caplog.at_level(logging.WARNING, logger="sarl.serving.http"):
             res = emb.embed(texts)
         elapsed = time.monotonic() - t0
     assert sorted(res.failed) == list(range(6))
@@ -412,7 +412,7 @@ def test_vllm_over_long_input(vllm_server, minilm_dir):
 
 
 def test_requests_packed_by_token_budget(fake_server):
-    from sarl.embed.http import estimate_tokens
+    from sarl.serving.http import estimate_tokens
 
     server = fake_server()
     short, long = [f"s{i}" for i in range(6)], ["x" * 400, "y" * 400]  # 2 and 101 estimated tokens

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sarl.embed.hidden import HiddenStateEmbedder
-from sarl.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
+from sarl.structure.embed.hidden import HiddenStateEmbedder
+from sarl.structure.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
 
 TEXTS = [
     "Let x be the number of apples.",

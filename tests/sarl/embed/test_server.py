@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sarl.embed.server import EmbeddingServer
+from sarl.serving.server import EmbeddingServer
 
 
 def _alive(pid: int) -> bool:

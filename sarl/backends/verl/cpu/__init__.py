@@ -195,8 +195,8 @@ def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
     train (every prompt) and val (the first `SMOKE_VAL_PROMPTS` held-out ones), with the group's prompt style."""
     import pandas as pd
 
-    from sarl.backends.trl.common import read_jsonl, resolve_path
     from sarl.data.build import math_prompt, record
+    from sarl.runtime.files import read_jsonl, resolve_path
 
     out = Path(run_dir) / DATA_DIR
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,2 @@
+"""What `sarl.train` does above the back ends: composing a run's config (`compose`), stage pipelines (`pipeline`),
+the format preflight (`format_preflight`)."""

@@ -1,0 +1,123 @@
+"""One error path for every command: a setting or input that cannot work as given (`UserError`) is reported
+as one or two lines on stderr naming the file, key or value and what to do, with exit code 2 and no
+traceback, unless HYDRA_FULL_ERROR=1 or SARL_DEBUG=1 asks for one."""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_USER_ERROR = 2
+EXIT_INCOMPLETE = 3  # a command that finished with some items failed for good; a rerun resumes them
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+
+class UserError(ValueError):
+    """A setting or input that cannot work as given; the message says which and what to do."""
+
+
+def composition_error_message(err: Exception) -> str:
+    """Hydra's or OmegaConf's composition error in one line: its first two lines, or for an unknown option the
+    line naming it followed by the valid options."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    search = next((i for i, line in enumerate(lines) if line.startswith("Config search path")), None)
+    lines = lines[:search]  # Hydra's search path (its own config providers) adds nothing for the user
+    head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
+    if head is not None:  # an unknown option: name the valid ones on the same line
+        return " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
+    return " ".join(lines[:2]) or type(err).__name__
+
+
+def debug_requested() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("SARL_DEBUG") == "1"
+
+
+def exit_code(body: Callable[[], int], on_error: Callable[[UserError], None], on_interrupt: Callable[[], None]) -> int:
+    """A command's exit code: `body()`'s; a UserError is reported by `on_error` (one or two lines) and exits
+    EXIT_USER_ERROR (raised again when a traceback is asked for, `debug_requested`), Ctrl-C calls `on_interrupt`
+    (say what is kept and how to resume) and exits EXIT_INTERRUPTED."""
+    try:
+        return body()
+    except UserError as err:
+        if debug_requested():
+            raise
+        on_error(err)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        on_interrupt()
+        return EXIT_INTERRUPTED
+
+
+def report_user_errors(prog: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command's entry function: a UserError becomes `prog: message` on stderr and exit code 2."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except UserError as err:
+                if debug_requested():
+                    raise
+                sys.stderr.write(f"{prog}: {err}\n")
+                sys.exit(EXIT_USER_ERROR)
+
+        return run
+
+    return wrap
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def check_output_file(path: str | Path, key: str, inputs: tuple[str | Path | None, ...] = ()) -> Path:
+    """Before any work: `path` may be written as a new or replaced regular file. Refuses a path that is
+    anything else (a link, FIFO, device, directory: it would be replaced by a plain file), that is one of
+    `inputs`, or whose directory cannot be created or written."""
+    out = Path(path)
+    try:
+        st = out.lstat()
+    except (FileNotFoundError, NotADirectoryError):  # a new file (its directory is checked below)
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise UserError(f"{key}={out} is a {kind}, not a regular file; choose a file path (it is never replaced)")
+    for inp in inputs:
+        if inp is not None and _same_file(out, Path(inp)):
+            raise UserError(f"{key}={out} is the input file {inp}; choose another {key} (inputs are never overwritten)")
+    check_writable_dir(out.parent, key)
+    return out
+
+
+def check_writable_dir(directory: str | Path, key: str) -> Path:
+    """`directory` exists (created if needed) and can be written; else a UserError naming `key`."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{key}: cannot create {d} ({err.strerror}); choose a writable location") from err
+    if not d.is_dir() or not os.access(d, os.W_OK | os.X_OK):
+        raise UserError(f"{key}: {d} is not a writable directory; choose a writable location")
+    return d
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()

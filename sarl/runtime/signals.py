@@ -1,0 +1,106 @@
+"""Termination signals as an exception, so that a terminated run cleans up like a failed one.
+
+The default action of SIGTERM and SIGHUP ends the process at once: no `finally`, no `__exit__`, so the
+children a run started in their own sessions (verl, the embedding server) would keep running. Inside
+`signals_as_exceptions()` the first such signal raises `Terminated` in the main thread instead; every
+context manager and `except BaseException` on the way out then stops its child by its process group.
+A second signal while that clean-up runs is logged and otherwise ignored, so the clean-up finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Iterator, Sequence
+
+log = logging.getLogger(__name__)
+
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(BaseException):
+    """A termination signal arrived. A BaseException (like KeyboardInterrupt), so that `except Exception`
+    does not swallow it; `exit_code` is the shell's convention for a process ended by that signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"received {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def signals_as_exceptions(signums: tuple[int, ...] = TERMINATING_SIGNALS) -> Iterator[None]:
+    """Within the block, the first of `signums` raises `Terminated`; the previous handlers come back after
+    it. Call from the main thread (Python runs signal handlers there only)."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if received:
+            log.warning(
+                "%s while stopping after %s: still stopping",
+                signal.Signals(signum).name,
+                signal.Signals(received[0]).name,
+            )
+            return
+        received.append(signum)
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the process group that `proc` leads (started with start_new_session=True), SIGKILL after
+    `grace_s`: that child and whatever it started, nothing else. Members still in the group after the leader
+    exited (workers it did not wait for) are killed too."""
+    if proc.poll() is not None:
+        return
+    pgid = proc.pid  # start_new_session=True: the child leads its own group
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # reap any worker still in the group after the leader exited
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_in_own_group(cmd: list[str], cwd: str | Path, env: dict[str, str], grace_s: float = 60) -> int:
+    """Run `cmd` as the leader of a new session and wait for its exit code; on any exception here (Ctrl-C, a
+    SIGTERM turned into an exception, ...) its whole process group is stopped (`stop_process_group`), so a
+    launcher (verl's Ray driver, torchrun) never outlives the command that started it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_process_group(proc, grace_s=grace_s)  # SIGTERM to the child's group, SIGKILL if it is still there
+        raise
+
+
+def torchrun_args(n_processes: int, module: str, args: Sequence[str]) -> list[str]:
+    """torchrun's arguments for `n_processes` ranks of `python -m module args` on this node (one node, a standalone
+    rendezvous)."""
+    return ["--standalone", "--nnodes=1", f"--nproc_per_node={n_processes}", "-m", module, *args]
+
+
+def torchrun_command(n_processes: int, module: str, args: Sequence[str]) -> list[str]:
+    """torchrun (`python -m torch.distributed.run`, this interpreter) with `torchrun_args`: what
+    `run_in_own_group` starts for a back end's processes on one node."""
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_args(n_processes, module, args)]

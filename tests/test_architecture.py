@@ -1,0 +1,200 @@
+"""The architecture as the tree holds it (docs/design.md "Layers"): the layers and who may import whom, no import
+cycles, no re-exports, a root of entry points, files of one responsibility.
+
+The import graph has an edge A -> B for every `import B` / `from B import x` in A, at module level or inside a
+function (a deferred import still ties the two modules together: `sarl.train` importing the TRL runner
+lazily while the runner imports `sarl.train` back is a cycle all the same). Read with `ast`: nothing is
+imported.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("sarl", "baselines", "eval", "slurm")
+
+# Bottom to top. A module may import its own unit and the units of lower layers, nothing else: two units of one
+# layer never import each other (the structure reward and the run machinery; the two back ends), and no import,
+# deferred or not, climbs. A module belongs to the unit of its longest matching prefix. docs/design.md draws it.
+LAYERS: list[dict[str, tuple[str, ...]]] = [
+    {"structure reward": ("sarl.structure",), "run machinery": ("sarl.runtime",)},
+    {"serving": ("sarl.serving",), "slurm": ("slurm",)},
+    {"eval": ("eval",)},
+    {"baselines": ("baselines",)},
+    {"data": ("sarl.data", "sarl.smoke"), "reports": ("sarl.reports",)},
+    {"trl back end": ("sarl.backends.trl",), "verl back end": ("sarl.backends.verl",), "backends": ("sarl.backends",)},
+    {"launch": ("sarl.launch",)},
+    {"entry points": ("sarl",), "bench": ("sarl.bench",)},
+]
+ROOT_MODULES_MAX = 8  # sarl/*.py: the user-facing entry points
+MODULE_LINES_MAX = 600
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the project's packages (a package is its __init__)."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module `name` refers to (`a.b.c` where c is an attribute of module a.b: a.b), or None."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import: resolve against the module's package
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets.update(f"{base}.{a.name}" for a in node.names)
+        graph[module] = {t for t in map(lambda n: _owner(n, modules), targets) if t and t != module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path [a, b, ..., a], or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_a_deferred_import_cycle(tmp_path):
+    (tmp_path / "sarl").mkdir()
+    (tmp_path / "sarl" / "__init__.py").write_text("")
+    (tmp_path / "sarl" / "train.py").write_text("def run():\n    from sarl.backends import runner\n")
+    (tmp_path / "sarl" / "backends").mkdir()
+    (tmp_path / "sarl" / "backends" / "__init__.py").write_text("")
+    (tmp_path / "sarl" / "backends" / "runner.py").write_text("from ..train import run\n")
+    (tmp_path / "sarl" / "util.py").write_text("import sarl.backends.runner\n")
+    for package in ("baselines", "eval"):
+        (tmp_path / package).mkdir()
+    graph = import_graph(project_modules(tmp_path))
+    assert graph["sarl.util"] == {"sarl.backends.runner"}
+    assert find_cycle(graph) == ["sarl.backends.runner", "sarl.train", "sarl.backends.runner"]
+    del graph["sarl.train"]
+    assert find_cycle(graph) is None
+
+
+def test_no_import_cycles():
+    modules = project_modules()
+    assert {"sarl.train", "sarl.runtime.runs", "baselines.lcs", "eval.run"} <= set(modules)
+    cycle = find_cycle(import_graph(modules))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def unit_of(module: str) -> tuple[int, str]:
+    """(layer index, unit name) of `module`: the unit whose prefix matches it longest."""
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for name, prefixes in layer.items():
+            for p in prefixes:
+                if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[2]):
+                    best = (i, name, len(p))
+    assert best is not None, f"{module} is in no layer: add its package to LAYERS (and to docs/design.md)"
+    return best[0], best[1]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for a, deps in sorted(graph.items()):
+        la, ua = unit_of(a)
+        for b in sorted(deps):
+            lb, ub = unit_of(b)
+            if ub != ua and lb >= la:
+                out.append(f"{a} ({ua}) imports {b} ({ub}): {'same layer' if lb == la else 'climbs a layer'}")
+    return out
+
+
+def test_layer_violations_are_found(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    for sub in ("structure", "runtime", "backends", "backends/trl", "backends/verl"):
+        (tmp_path / "sarl" / sub).mkdir()
+        (tmp_path / "sarl" / sub / "__init__.py").write_text("")
+    (tmp_path / "sarl" / "runtime" / "errors.py").write_text("")
+    (tmp_path / "sarl" / "structure" / "reward.py").write_text("def f():\n    from sarl.runtime import errors\n")
+    (tmp_path / "sarl" / "backends" / "trl" / "run.py").write_text("import sarl.backends.verl.config\n")
+    (tmp_path / "sarl" / "backends" / "verl" / "config.py").write_text("from sarl.structure import reward\n")
+    (tmp_path / "eval" / "run.py").write_text("from sarl.backends.trl import run\n")
+    assert layer_violations(import_graph(project_modules(tmp_path))) == [
+        "eval.run (eval) imports sarl.backends.trl.run (trl back end): climbs a layer",
+        "sarl.backends.trl.run (trl back end) imports sarl.backends.verl.config (verl back end): same layer",
+        "sarl.structure.reward (structure reward) imports sarl.runtime.errors (run machinery): same layer",
+    ]
+
+
+def test_no_import_climbs_a_layer():
+    """The structure reward imports nothing from the run machinery, the back ends, eval or baselines; the back
+    ends do not import each other; nothing imports upwards."""
+    violations = layer_violations(import_graph(project_modules()))
+    assert not violations, "\n".join(violations)
+
+
+def test_the_root_of_sarl_holds_only_entry_points():
+    root = sorted(p.name for p in (ROOT / "sarl").glob("*.py"))
+    assert len(root) <= ROOT_MODULES_MAX, root
+    assert {"__init__.py", "train.py", "preflight.py", "score.py"} <= set(root)
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {}
+    for path in project_modules().values():
+        n = len(path.read_text().splitlines())
+        if n > MODULE_LINES_MAX:
+            long[str(path.relative_to(ROOT))] = n
+    assert not long, f"split these by responsibility (at most {MODULE_LINES_MAX} lines): {long}"
+
+
+def test_one_home_per_name():
+    """No re-exports: a package's __init__ imports nothing of the project at module level and has no __all__, and
+    no module keeps an unused import of a project name (ruff's F401 silenced by `noqa`) except to run the imported
+    modules' registrations. Every caller imports a name from the module that defines it."""
+    for path in project_modules().values():
+        text = path.read_text()
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or getattr(node, "level", 0):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if not any(n.split(".")[0] in PACKAGES for n in names):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            assert path.name != "__init__.py" or node.col_offset > 0, (
+                f"{where}: a package __init__ re-exports; import the names from their modules"
+            )
+            assert "noqa: F401" not in lines[node.lineno - 1] or "register" in lines[node.lineno - 1], (
+                f"{where}: an unused import of a project name (a re-export); import it where it is used"
+            )
+        if path.name == "__init__.py":
+            assert "__all__" not in text, f"{path}: __all__ forwards names; import them from their modules instead"
