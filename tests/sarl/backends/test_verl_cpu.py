@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -291,6 +292,18 @@ def test_pasc_grpo_grp_math_trains_with_scae(tmp_path):
     assert "format check:" in run.log
     config = (run.run_dir / "verl_trainer.yaml").read_text()
     assert "adv_estimator: scae" in config
+
+
+def test_dr_grpo_paper_trains_without_the_std_and_with_a_constant_loss_divisor(tmp_path):
+    """Dr.GRPO (conf/algorithm/dr_grpo.yaml) through verl's own keys: advantages not divided by the group's std,
+    each response's summed token loss divided by one constant (the response budget, cut to the CPU's)."""
+    run = run_row(tmp_path / "dr_grpo", "dr_grpo_paper")
+    assert_trained(run)
+    config = (run.run_dir / "verl_trainer.yaml").read_text()
+    assert "norm_adv_by_std_in_grpo: false" in config
+    assert "loss_agg_mode: seq-mean-token-sum-norm" in config
+    budget = re.search(r"max_response_length: (\d+)", config).group(1)
+    assert f"loss_scale_factor: {budget}" in config
 
 
 def test_grpo_lcs_maxflow_math_joint_reward_with_masking_and_tag_resampling(tmp_path):
