@@ -6,9 +6,11 @@ benchmarks as accuracies (avg@k), so the default score is all-pass: 1.0 when eve
 `score="pass_fraction"` gives the share of the tests' top-level `assert` statements that pass instead
 (`eval.sandbox.RunResult.score`).
 
-Ground truth per row: `{"tests": SOURCE}`, SOURCE Python that raises on a failure (MBPP's `assert` lines;
-HumanEval's `check(entry_point)` appended when the set is prepared). The code block is looked for in the final
-answer part (`eval.grading.extract.strip_thinking`: after `</think>`).
+Ground truth per row: `{"tests": SOURCE, "prelude": ..., "stdin": ...}` (`sarl.data.code_tests`), SOURCE Python that
+raises on a failure (MBPP's `assert` lines; HumanEval's `check(entry_point)` appended when the set is prepared). The
+program only computes, inside the sandbox; the tests run and the verdict is computed in a separate judge process
+(`eval.sandbox`), so nothing the program does to its own interpreter changes its score. The code block is looked
+for in the final answer part (`eval.grading.extract.strip_thinking`: after `</think>`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections import Counter
 from typing import Any
 
 from eval.grading.extract import strip_thinking
-from eval.sandbox import OUTCOMES, SCORE_MODES, RunResult, Sandbox, check_tests, last_code_block
+from eval.sandbox import OUTCOMES, SCORE_MODES, CodeProblem, RunResult, Sandbox, last_code_block, problem_of
+from sarl.runtime.checks import Check
 from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -27,19 +30,14 @@ KINDS = ("no_code_block", *OUTCOMES)  # one per row, counted; sandbox_error rows
 DIAGNOSTIC_KEYS = ("acc", "pass_fraction", *(f"code/{k}" for k in KINDS))
 
 
-def tests_of(gold: Any) -> str | None:
-    """The tests source of a ground truth `{"tests": SOURCE}`, or None when it is not one."""
-    return gold.get("tests") if isinstance(gold, dict) else None
-
-
 class CodeExecReward(RewardFunction):
     """1.0 when the last code block passes all of its problem's tests (or the pass fraction, `score`), else 0.
 
     Diagnostics: `acc` (all tests passed), `pass_fraction`, and one indicator per outcome `code/<kind>` for
     the kinds of KINDS (their batch mean is the share, `outcome_counts` the running counts). No code block,
-    a syntax error, a timeout, memory, too much output, a blocked operation and failed tests score 0. A row
-    the sandbox could not judge (its harness broke: `sandbox_error`) and a row whose ground truth is not
-    `{"tests": SOURCE}` with SOURCE Python are failed (masked by the backends), never a silent 0.
+    a syntax error, a timeout, memory, too much output, a crash and failed tests score 0. A row the sandbox
+    could not judge (its harness broke: `sandbox_error`) and a row whose ground truth cannot be judged
+    (`eval.sandbox.problem_of`) are failed (masked by the backends), never a silent 0.
     """
 
     diagnostic_keys = DIAGNOSTIC_KEYS
@@ -67,14 +65,15 @@ class CodeExecReward(RewardFunction):
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         golds = batch.ground_truths if batch.ground_truths is not None else [None] * len(batch)
         out: list[RewardOutput | None] = [None] * len(batch)
-        jobs: list[tuple[int, str, str]] = []
+        jobs: list[tuple[int, str, CodeProblem]] = []
         for i, (response, gold) in enumerate(zip(batch.responses, golds)):
-            tests = tests_of(gold)
-            problem = check_tests(tests) if tests is not None else None
-            if gold is None:
+            try:
+                problem = problem_of(gold) if gold is not None else None
+            except ValueError as err:
+                out[i] = RewardOutput(0.0, failed=f"unusable ground truth: {err}")
+                continue
+            if problem is None:
                 out[i] = RewardOutput(0.0, failed="no ground truth")
-            elif tests is None or problem:
-                out[i] = RewardOutput(0.0, failed=f"unusable ground truth: {problem or 'not a dict with tests'}")
             elif not isinstance(response, str):
                 out[i] = RewardOutput(0.0, failed=f"unusable response: a {type(response).__name__}, not a str")
             else:
@@ -83,7 +82,7 @@ class CodeExecReward(RewardFunction):
                 if program is None:
                     out[i] = self._output("no_code_block", 0.0, 0.0)
                 else:
-                    jobs.append((i, program, tests))
+                    jobs.append((i, program, problem))
         results = self.sandbox.run_many([(p, t) for _, p, t in jobs], self.max_workers)
         for (i, _, _), result in zip(jobs, results):
             out[i] = self._judged(result)
@@ -103,3 +102,37 @@ class CodeExecReward(RewardFunction):
         diagnostics = {"acc": float(kind == "passed"), "pass_fraction": fraction}
         diagnostics.update({f"code/{k}": float(k == kind) for k in KINDS})
         return RewardOutput(score, diagnostics, failed)
+
+
+def sandbox_settings(reward_cfg: Any) -> list[dict]:
+    """The sandbox settings of every code-executing reward in a resolved reward config (`reward=code_exec`, GRP's
+    `outcome: code_exec`, or a component of a combined reward)."""
+    found: list[dict] = []
+    if isinstance(reward_cfg, dict):
+        target = str(reward_cfg.get("_target_", ""))
+        if target.endswith("code_exec.CodeExecReward"):
+            found.append(dict(reward_cfg.get("sandbox") or {}))
+        elif reward_cfg.get("outcome") == "code_exec":
+            found.append(dict((reward_cfg.get("code_exec") or {}).get("sandbox") or {}))
+        else:
+            for value in reward_cfg.values():
+                found.extend(sandbox_settings(value))
+    elif isinstance(reward_cfg, list):
+        for value in reward_cfg:
+            found.extend(sandbox_settings(value))
+    return found
+
+
+def sandbox_checks(reward_cfg: Any) -> list[Check]:
+    """One check per code-executing reward: a trivial program judged in its sandbox on this machine (bubblewrap
+    present, namespaces allowed, the interpreter runnable by the sandbox's uids); none for other rewards."""
+    checks = []
+    for settings in sandbox_settings(reward_cfg):
+        try:
+            sandbox = Sandbox(**settings)
+            problem = sandbox.check_ready()
+        except (TypeError, ValueError) as err:
+            problem = f"reward sandbox settings: {err}"
+        detail = problem or f"a trivial program judged: {sandbox.isolation}"
+        checks.append(Check("code sandbox", problem is None, detail, "" if problem is None else "as the result says"))
+    return checks

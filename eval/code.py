@@ -4,9 +4,10 @@ Python block in its final answer (after `</think>`, as answers are graded) runs 
 correctness per sample gives the benchmark's avg@k / pass@k through `eval.metrics`, as for math.
 
 Outcomes per sample (counted per benchmark in results.json's `code_outcomes`): `no_code_block`, the sandbox's
-`passed`, `failed`, `syntax_error`, `timeout`, `memory`, `output_limit`, `blocked` (an operation the sandbox
-refuses, e.g. a hostile program), `sandbox_error` (the harness could not run it: incorrect, not cached, so a rerun
-tries again) and `no_response` (generation failed). Runs are cached per sample by the response's text hash.
+`passed`, `failed`, `syntax_error`, `timeout`, `memory`, `output_limit`, `crashed` (the program died of a signal),
+`sandbox_error` (the harness could not run it: incorrect, not cached, so a rerun tries again) and `no_response`
+(generation failed). Runs are cached per sample by the response's text hash; only the judge's verdicts are cached
+(`eval.sandbox`: computed in a process the program never ran in).
 """
 
 from __future__ import annotations
@@ -29,16 +30,6 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, int]
 
 
-def sandbox_program(code: str, gold: Mapping[str, Any]) -> str:
-    """What the sandbox runs as the program: the problem's prelude, then the code; a stdin script (gold
-    `stdin`) as the text PROGRAM compiled to CODE, which its tests run once per case."""
-    prelude = gold.get("prelude") or ""
-    source = f"{prelude}\n{code}" if prelude else code
-    if gold.get("stdin"):
-        return f"PROGRAM = {source!r}\nCODE = compile(PROGRAM, 'program.py', 'exec')\n"
-    return source
-
-
 def _valid(record: dict[str, Any]) -> bool:
     return isinstance(record.get("outcome"), str) and isinstance(record.get("text_hash"), str)
 
@@ -49,20 +40,25 @@ def run_code(cfg: DictConfig, benchmarks: Sequence[Benchmark], texts: Mapping[Ke
     from tqdm import tqdm
 
     from eval.grading.extract import strip_thinking
-    from eval.sandbox import Sandbox, last_code_block
+    from eval.sandbox import JUDGE_VERSION, Sandbox, last_code_block, problem_of
 
     code_benchmarks = [b for b in benchmarks if b.kind == "code"]
     if not code_benchmarks:
         return {}
     settings = OmegaConf.to_container(cfg.code, resolve=True)
     unclosed = bool(cfg.grading.answer_in_unclosed_think)
-    cache = SampleCache(root / f"code-{stable_hash({**settings, 'unclosed': unclosed})}")
+    # keyed by the judge's version too: a verdict of an earlier judge (which a program could forge) is never reused
+    cache = SampleCache(root / f"code-{stable_hash({**settings, 'unclosed': unclosed, 'judge': JUDGE_VERSION})}")
     out: dict[Key, dict] = {}
-    pending: dict[float, list[tuple[Key, str, str, str]]] = {}  # by timeout: (key, program, tests, prompt hash)
+    pending: dict[float, list[tuple]] = {}  # by timeout: (key, program, CodeProblem, prompt hash)
     by_benchmark = settings.get("timeout_s_by_benchmark") or {}
     for b in code_benchmarks:
         timeout = float(by_benchmark.get(b.name, settings["sandbox"]["timeout_s"]))
         for p in b.problems:
+            try:
+                problem = problem_of(p.gold)
+            except ValueError as err:
+                raise UserError(f"code benchmark {b.name}, problem {p.id}: {err}") from None
             cached = cache.get(b.name, p.id, p.prompt_hash, valid=_valid)
             for i in range(b.n_samples):
                 key = (b.name, p.id, i)
@@ -77,7 +73,7 @@ def run_code(cfg: DictConfig, benchmarks: Sequence[Benchmark], texts: Mapping[Ke
                     out[key] = {"text_hash": text_hash(texts[key]), "outcome": "no_code_block"}
                     cache.put(b.name, p.id, p.prompt_hash, i, out[key])
                 else:
-                    job = (key, sandbox_program(block, p.gold), p.gold["tests"], p.prompt_hash)
+                    job = (key, block, problem, p.prompt_hash)
                     pending.setdefault(timeout, []).append(job)
     n_pending = sum(len(v) for v in pending.values())
     log.info("code execution: %d runs cached or without code, %d to run", len(out), n_pending)
@@ -87,9 +83,9 @@ def run_code(cfg: DictConfig, benchmarks: Sequence[Benchmark], texts: Mapping[Ke
     with tqdm(total=n_pending, desc="code execution", unit="program", dynamic_ncols=True) as bar:
         for timeout, jobs in pending.items():
             sandbox = Sandbox(**{**settings["sandbox"], "timeout_s": timeout})
-            problem = sandbox.check_ready()
-            if problem:
-                raise UserError(f"code benchmarks: {problem} (code.sandbox in conf/eval.yaml)")
+            not_ready = sandbox.check_ready()
+            if not_ready:
+                raise UserError(f"code benchmarks: {not_ready} (code.sandbox in conf/eval.yaml)")
             size = 64
             for start in range(0, len(jobs), size):
                 chunk = jobs[start : start + size]

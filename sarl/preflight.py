@@ -6,8 +6,8 @@
 One table, one row per check, each ✓ or ✗ with what to do; exit code 0 only if every check passes
 (1 if one fails, 2 for a config that does not compose). The same overrides as `python -m sarl.train`.
 `sarl.train` runs the cheap ones itself before it launches: for verl `run_cheap_checks` (data, run directory and
-disk, memory plan, embedding-server budget), for TRL `run_trl_cheap_checks` (the GPUs its processes need, the DPO
-memory plan of sarl/backends/trl/memory.py); a failure stops it with one line and exit code 2.
+disk, memory plan, embedding-server budget, code sandbox), for TRL `run_trl_cheap_checks` (the GPUs its processes
+need, the DPO memory plan of sarl/backends/trl/memory.py); a failure stops it with one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from baselines.code_exec import sandbox_checks
 from sarl.backends.verl import memory as verl_memory
 from sarl.runtime import memory
 from sarl.runtime.checks import Check, raise_failed
@@ -35,9 +36,6 @@ log = logging.getLogger("sarl.preflight")
 # What the pinned verl was released against (verl 0.9.1's `vllm` extra: vllm==0.24.0, torch==2.11.0).
 STACK = {"verl": "0.9.1", "vllm": "0.24.", "torch": "2.11."}
 CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # verl saves the float32 FSDP shards and Adam's two moments
-
-
-# -- the checks --------------------------------------------------------------------------------
 
 
 def _version(pkg: str) -> str | None:
@@ -500,6 +498,7 @@ def cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, reward_cf
         check_data(cfg),
         check_run_dir(cfg, verl_cfg, run_dir),
         *check_memory_plan(cfg, verl_cfg, reward_cfg, skip_missing=True),  # where the configs are at hand
+        *sandbox_checks(reward_cfg),
     ]
 
 
@@ -557,6 +556,7 @@ def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
         lambda: check_data(cfg),
         lambda: check_run_dir(cfg, verl_cfg, run_dir, allow_download=True),
         lambda: check_wandb(cfg),
+        lambda: sandbox_checks(reward_cfg),
     ]
     for step in steps:
         result = step()

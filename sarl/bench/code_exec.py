@@ -1,22 +1,26 @@
-"""Code execution throughput and worst cases: `eval.sandbox` on MBPP-like programs at the configured concurrency
-vs. what a user would write first (one plain `subprocess.run` per program, one at a time), and the slowest wall
-time of each hostile program kind under the limits of conf/reward/code_exec.yaml.
+"""Code execution throughput and worst cases: `eval.sandbox` (bubblewrap runner + separate judge) on MBPP-like
+programs at the configured concurrency vs. what a user would write first (one plain `subprocess.run` per program,
+one at a time) and the start-up floor (the same with `python -I -S`: no site-packages), in programs per second of
+wall time and per CPU-second (per core: the machine's busy time while the side ran, /proc/stat), and the slowest
+wall time of each hostile program kind under the limits of conf/reward/code_exec.yaml.
 
-The baseline has no limits, no isolation and no output cap: it is the floor of process start-up cost, not a
-safe alternative. Figures are medians of alternating repeats (`sarl.bench.common.alternate`).
+The baseline has no limits, no isolation and no output cap, and judges inside the program's own process: it is
+the floor of process start-up cost, not a safe alternative. Figures are medians of alternating repeats.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from eval.sandbox import Sandbox
-from sarl.bench.common import alternate, median
+from sarl.bench.common import median
 
 # (solution, MBPP-style tests): ordinary programs of the size MBPP's solutions have.
 MBPP_LIKE = [
@@ -56,34 +60,52 @@ MBPP_LIKE = [
     ),
 ]
 
-# Each hostile kind and the outcome the sandbox gives it.
+# Each hostile kind and the outcome the sandbox gives it, against the tests HOSTILE_TESTS (no program defines a right
+# `add`): what the sandbox contains runs and fails the tests; what hits a limit is counted under it.
+HOSTILE_TESTS = "assert add(1, 2) == 3\n"
 HOSTILE = {
     "infinite loop": ("while True:\n    pass\n", "timeout"),
     "sleep": ("import time\ntime.sleep(3600)\n", "timeout"),
-    "fork bomb": ("import os\nwhile True:\n    os.fork()\n", "blocked"),
+    "fork bomb": ("import os\nwhile True:\n    os.fork()\n", "failed"),
     "huge allocation": ("x = bytearray(64 * 1024 ** 3)\n", "memory"),
-    "os.system": ("import os\nos.system('echo escaped')\n", "blocked"),
-    "read /etc/passwd": ("print(open('/etc/passwd').read())\n", "blocked"),
-    "write /tmp": ("open('/tmp/sandbox_escape', 'w').write('x')\n", "blocked"),
-    "kill the parent": ("import os\nos.kill(os.getppid(), 9)\n", "blocked"),
+    "os.system": ("import os\nos.system('echo escaped')\n", "failed"),
+    "read /etc/passwd": ("print(open('/etc/passwd').read())\n", "failed"),
+    "write /tmp": ("open('/tmp/sandbox_escape', 'w').write('x')\n", "failed"),
+    "kill the parent": ("import os\nos.kill(os.getppid(), 9)\n", "failed"),
     "print a gigabyte": ("import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n", "output_limit"),
     "syntax error": ("def f(:\n    pass\n", "syntax_error"),
-    "network": ("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n", "blocked"),
+    "network": ("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n", "failed"),
+    "segfault": ("import ctypes\nctypes.string_at(0)\n", "crashed"),
+    "always-equal answer": (
+        "class Any(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Any(0)\n",
+        "failed",
+    ),
 }
 
 
-def plain_subprocess(jobs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
-    """The baseline: `python -c program+tests` per job, one after another; True where it exits 0."""
+def plain_subprocess(jobs: list[tuple[str, str]], timeout_s: float, flags: tuple[str, ...] = ()) -> list[bool]:
+    """The baseline: `python [flags] -c program+tests` per job, one after another; True where it exits 0."""
     out = []
     for program, tests in jobs:
         try:
             done = subprocess.run(
-                [sys.executable, "-c", program + "\n" + tests], capture_output=True, timeout=timeout_s
+                [sys.executable, *flags, "-c", program + "\n" + tests], capture_output=True, timeout=timeout_s
             )
             out.append(done.returncode == 0)
         except subprocess.TimeoutExpired:
             out.append(False)
     return out
+
+
+def cpu_seconds() -> float:
+    """Busy CPU time of the whole machine (/proc/stat: user, nice, system, irq, softirq, steal), in seconds.
+    A process's own counters miss the sandbox: bwrap exits without reaping its pid namespace's init, so the
+    interpreters inside are counted by no one's `os.times()`. The machine's counter sees everything, other load
+    included: the sides alternate, so that load falls on each alike."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def run_code_exec(cfg: DictConfig, console: Console) -> dict:
@@ -94,27 +116,43 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     console.print(f"sandbox: {sandbox.isolation}; python {sandbox.python}; max_workers {workers or 'min(8, cores)'}")
     ok_ours = [r.outcome for r in sandbox.run_many(jobs, workers)]  # warm-up and correctness (not timed)
     ok_plain = plain_subprocess(jobs, sandbox.timeout_s)
-    times = alternate(
-        {
-            "sandbox, concurrent": lambda: sandbox.run_many(jobs, workers),
-            "sandbox, one at a time": lambda: sandbox.run_many(jobs, 1),
-            "plain subprocess.run, one at a time": lambda: plain_subprocess(jobs, sandbox.timeout_s),
-        },
-        cfg.repeats,
-    )
-    rates = {name: len(jobs) / median(ts) for name, ts in times.items()}
-    base = rates["plain subprocess.run, one at a time"]
+    sides = {
+        "sandbox, concurrent": lambda: sandbox.run_many(jobs, workers),
+        "sandbox, one at a time": lambda: sandbox.run_many(jobs, 1),
+        "plain subprocess.run, one at a time": lambda: plain_subprocess(jobs, sandbox.timeout_s),
+        "plain subprocess.run, python -I -S (the floor)": lambda: plain_subprocess(
+            jobs, sandbox.timeout_s, ("-I", "-S")
+        ),
+    }
+    wall: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(cfg.repeats):  # alternating: a load change on the shared machine favours no side
+        for name, fn in sides.items():
+            c0, t0 = cpu_seconds(), time.perf_counter()
+            fn()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(cpu_seconds() - c0)
+    rates = {name: len(jobs) / median(ts) for name, ts in wall.items()}
+    per_cpu = {name: len(jobs) / max(median(ts), 1e-9) for name, ts in cpu.items()}
+    base, base_cpu = rates["plain subprocess.run, one at a time"], per_cpu["plain subprocess.run, one at a time"]
     table = Table(title=f"{len(jobs)} MBPP-like programs, median of {cfg.repeats} alternating repeats")
-    for col in ("side", "programs/s", "vs plain sequential", "all passed"):
+    for col in ("side", "programs/s", "vs plain sequential", "programs per CPU-second", "vs plain per core", "passed"):
         table.add_column(col, justify="right")
     for name, rate in rates.items():
-        passed = all(o == "passed" for o in ok_ours) if name.startswith("sandbox") else all(ok_plain)
-        table.add_row(name, f"{rate:.1f}", f"{rate / base:.2f}x", str(passed))
+        passed = all(o == "passed" for o in ok_ours) if name.startswith("sandbox") else all(ok_plain)  # same code
+        table.add_row(
+            name,
+            f"{rate:.1f}",
+            f"{rate / base:.2f}x",
+            f"{per_cpu[name]:.1f}",
+            f"{per_cpu[name] / base_cpu:.2f}x",
+            str(passed),
+        )
     console.print(table)
 
     hostile: dict[str, dict] = {}
     for kind, (program, expected) in HOSTILE.items():
-        runs = [sandbox.run(program, "assert True\n") for _ in range(cfg.hostile_repeats)]
+        runs = [sandbox.run(program, HOSTILE_TESTS) for _ in range(cfg.hostile_repeats)]
         outcomes = sorted({r.outcome for r in runs})
         hostile[kind] = {"worst_wall_s": max(r.wall_s for r in runs), "outcomes": outcomes, "expected": expected}
     table = Table(
@@ -131,8 +169,11 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
         "programs": len(jobs),
         "isolation": sandbox.isolation,
         "max_workers": workers,
-        "seconds": times,
+        "seconds": wall,
+        "cpu_seconds": cpu,
         "programs_per_s": rates,
+        "programs_per_cpu_s": per_cpu,
+        "per_core_ratio": per_cpu["sandbox, concurrent"] / base_cpu,
         "all_passed": all(o == "passed" for o in ok_ours),
         "hostile": hostile,
     }

@@ -208,8 +208,7 @@ def verify_solutions(candidates: list[dict[str, Any]], verify: Mapping[str, Any]
     conf/reward/code_exec.yaml's sandbox keys; `verify.max_workers`). A row without a solution is reported."""
     from tqdm import tqdm
 
-    from eval.code import sandbox_program
-    from eval.sandbox import Sandbox
+    from eval.sandbox import Sandbox, problem_of
 
     sandbox = Sandbox(**dict(verify.get("sandbox") or {}))
     problem_ = sandbox.check_ready()
@@ -222,7 +221,7 @@ def verify_solutions(candidates: list[dict[str, Any]], verify: Mapping[str, Any]
         for start in range(0, len(jobs), size):
             chunk = jobs[start : start + size]
             runs = sandbox.run_many(
-                [(sandbox_program(c["solution"], c["gold"]), c["gold"]["tests"]) for c in chunk],
+                [(c["solution"], problem_of(c["gold"])) for c in chunk],
                 verify.get("max_workers"),
             )
             for c, result in zip(chunk, runs):

@@ -1,11 +1,12 @@
 """Benchmarks' tests as Python that raises on a failure, the ground truth `{"tests": SOURCE, "prelude": ..., "stdin":
-...}` that `eval.sandbox` runs after a program (decisions §8):
+...}` that `eval.sandbox` judges a program by (decisions §8):
 
-- `tests`: run after the program, in its namespace; each top-level `assert` is one test.
+- `tests`: run by the judge after the program, with the program's top-level names bound to it (plain values, or
+  handles whose calls the program answers with plain data); each top-level `assert` is one test.
 - `prelude`: run before the program (imports and helper functions of a HumanEval prompt, LiveCodeBench's imports);
-  the program may redefine what it defines. Empty for most sets.
-- `stdin`: the program is a script that reads standard input (LiveCodeBench's stdin problems): the sandbox then
-  gets the script's text as `PROGRAM` (`eval.code.sandbox_program`) and the tests run it once per case.
+  the program may redefine what it defines for its own use, the tests always see the prelude's. Empty for most sets.
+- `stdin`: the program is a script that reads standard input (LiveCodeBench's stdin problems): the tests run it
+  once per case through the judge's `run_program(stdin) -> stdout` (`eval.sandbox`).
 
 One converter per source format: `pytest_to_tests` (KodCode's pytest files), `assert_tests` (MBPP's assert list),
 `check_tests` (HumanEval's `check(candidate)`), `evalplus_tests` (EvalPlus's inputs/results loops), and
@@ -71,27 +72,15 @@ LCB_PRELUDE = (
     "sys.setrecursionlimit(50000)\n"
 )
 
-# stdin problems: the script PROGRAM (compiled by the sandbox's program as CODE) runs once per case with the
-# case's input as stdin; its output matches when the lines agree after stripping, token by token, numbers
-# compared as decimals (LiveCodeBench's comparison).
+# stdin problems: the judge runs the program as a script once per case (`run_program(stdin) -> stdout`, given by
+# eval.sandbox's judge); its output matches when the lines agree after stripping, token by token, numbers compared
+# as decimals (LiveCodeBench's comparison). The comparison runs in the judge, never in the program's process.
 STDIN_RUNNER = """
 import decimal as _decimal
-import io as _io
-import sys as _sys
 
 
 def _lcb_run(stdin):
-    out = _io.StringIO()
-    saved = _sys.stdin, _sys.stdout
-    _sys.stdin, _sys.stdout = _io.StringIO(stdin), out
-    try:
-        exec(CODE, {"__name__": "__main__"})
-    except SystemExit as exit:
-        if exit.code not in (None, 0):
-            raise
-    finally:
-        _sys.stdin, _sys.stdout = saved
-    return out.getvalue()
+    return run_program(stdin)
 
 
 def _lcb_same(got, want):

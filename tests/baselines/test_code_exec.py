@@ -48,16 +48,17 @@ def test_the_last_python_block_after_the_thinking_is_run(reward):
 
 HOSTILE = {
     "timeout": "while True:\n    pass\n",
-    "blocked": "import os\nwhile True:\n    os.fork()\n",
     "memory": "x = bytearray(8 * 1024 ** 3)\n",
     "output_limit": "import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n",
     "syntax_error": "def add(a, b)\n    return a + b\n",
+    "crashed": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    "failed": "import os\nwhile True:\n    os.fork()\n",  # a fork bomb meets RLIMIT_NPROC and raises
 }
 
 
 def test_hostile_programs_score_zero_under_their_counted_outcome():
     reward = CodeExecReward(sandbox=SANDBOX, max_workers=4)
-    extra = [
+    extra = [  # contained by the sandbox: each runs, and none defines add
         "import os\nos.system('echo escaped')\n",
         "data = open('/etc/passwd').read()\n",
         "import os\nos.kill(os.getppid(), 9)\n",
@@ -69,9 +70,9 @@ def test_hostile_programs_score_zero_under_their_counted_outcome():
     )
     out = reward(batch(responses))
     kinds = [next(k for k in DIAGNOSTIC_KEYS if k.startswith("code/") and o.diagnostics[k]) for o in out]
-    assert kinds == [f"code/{k}" for k in HOSTILE] + ["code/blocked"] * 3 + ["code/passed"]
-    assert [o.score for o in out] == [0.0] * 8 + [1.0] and all(o.failed is None for o in out)
-    assert reward.outcome_counts == {**dict.fromkeys(HOSTILE, 1), "blocked": 4, "passed": 1}
+    assert kinds == [f"code/{k}" for k in HOSTILE] + ["code/failed"] * 3 + ["code/passed"]
+    assert [o.score for o in out] == [0.0] * 9 + [1.0] and all(o.failed is None for o in out)
+    assert reward.outcome_counts == {**dict.fromkeys(HOSTILE, 1), "failed": 4, "passed": 1}
     assert all(set(o.diagnostics) == set(DIAGNOSTIC_KEYS) for o in out)
 
 
@@ -100,3 +101,19 @@ def test_unusable_ground_truths_and_responses_fail_with_the_reason(reward):
 def test_a_bad_score_mode_is_refused():
     with pytest.raises(ValueError, match="reward.score='mean' is not valid; choose one of: all_pass, pass_fraction"):
         CodeExecReward(score="mean")
+
+
+def test_launch_checks_judge_a_trivial_program_for_every_code_reward():
+    """`sarl.train`'s cheap checks and `sarl.preflight` (verl rows): one row per code-executing reward."""
+    from baselines.code_exec import sandbox_checks, sandbox_settings
+
+    grp = {"_target_": "baselines.grp.GRPReward", "outcome": "code_exec", "code_exec": {"sandbox": SANDBOX}}
+    combined = {"components": {"a": {"_target_": "baselines.code_exec.CodeExecReward", "sandbox": SANDBOX}}}
+    assert sandbox_settings(grp) == [SANDBOX] and sandbox_settings(combined) == [SANDBOX]
+    assert sandbox_checks({"_target_": "sarl.structure.reward.StructureReward"}) == []
+    (ok,) = sandbox_checks(grp)
+    assert ok.ok and ok.name == "code sandbox" and "bubblewrap" in ok.detail
+    (bad,) = sandbox_checks({"_target_": "baselines.code_exec.CodeExecReward", "sandbox": {"bwrap": "/nonexistent"}})
+    assert not bad.ok and "bubblewrap (bwrap) is not installed" in bad.detail
+    (typo,) = sandbox_checks({"_target_": "baselines.code_exec.CodeExecReward", "sandbox": {"namespaces": "auto"}})
+    assert not typo.ok and "namespaces" in typo.detail

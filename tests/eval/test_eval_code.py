@@ -1,7 +1,8 @@
 """Code benchmarks in `eval.run` (eval/code.py): GRP's protocol run end to end against a loopback OpenAI-compatible
 server on fixture MBPP and LiveCodeBench sets built by `sarl.data.prepare`; each response's last code block runs in
 the sandbox: right code scores 1, wrong code, no code, a syntax error, a timeout and a hostile program score 0 and
-are counted; avg@16 (MBPP) and avg@3 (LiveCodeBench) come out as the paper's protocol states."""
+are counted (a hostile program's effects stay in its sandbox); avg@16 (MBPP) and avg@3 (LiveCodeBench) come out as
+the paper's protocol states."""
 
 import json
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from eval_helpers import REPO, FakeChatServer, chat_reply
 
 from eval import run as eval_run
-from eval.code import code_sample, sandbox_program
+from eval.code import code_sample
 from eval.generate import sample_seed
 from sarl.data.prepare import compose_prepare_config, prepare
 
@@ -31,7 +32,10 @@ MBPP = {  # problem id -> sample index -> the final answer's code (None: no code
         else "def remove_Occ(s, ch):\n    return s[1:-1]\n"
     ),
     "17": lambda i: {
-        0: f"import os\nos.system('touch {PWNED}')\ndef square_perimeter(a):\n    return 4 * a\n",  # hostile: blocked
+        0: (  # hostile: the file is made inside its sandbox only, and an always-equal answer is not plain data
+            f"import os\nos.system('touch {PWNED}')\nclass Any(int):\n    def __eq__(self, other):\n"
+            "        return True\ndef square_perimeter(a):\n    return Any(0)\n"
+        ),
         1: None,
         2: "def square_perimeter(a)\n    return 4 * a\n",  # a syntax error
     }.get(i, "def square_perimeter(a):\n    return 4 * a\n"),
@@ -110,7 +114,7 @@ def test_grp_protocol_scores_code_by_execution(tmp_path):
     mbpp, lcb = results["math"]["benchmarks"]["mbpp"], results["math"]["benchmarks"]["livecodebench_v5"]
     # MBPP: 11 right on the 8 even samples, 17 right on 13 of 16 (hostile, no code, syntax error), 900 always
     assert mbpp["metrics"] == {"avg@16": pytest.approx(100 * (8 + 13 + 16) / 48)}
-    assert mbpp["code_outcomes"] == {"passed": 37, "failed": 8, "blocked": 1, "no_code_block": 1, "syntax_error": 1}
+    assert mbpp["code_outcomes"] == {"passed": 37, "failed": 9, "no_code_block": 1, "syntax_error": 1}
     assert mbpp["no_answer_rate"] == pytest.approx(100 / 48)
     # LiveCodeBench: the stdin problems always right; the functional one right, wrong, then a timeout
     assert lcb["metrics"] == {"avg@3": pytest.approx(100 * 7 / 9)}
@@ -119,18 +123,9 @@ def test_grp_protocol_scores_code_by_execution(tmp_path):
     problems = [json.loads(line) for line in (tmp_path / "run" / "problems.jsonl").read_text().splitlines()]
     p17 = next(p for p in problems if p["benchmark"] == "mbpp" and p["problem_id"] == "17")
     assert p17["n_correct"] == 13 and None in p17["answers"]  # None: the sample without a code block
-    assert sorted(a for a in p17["answers"] if a not in ("passed", None)) == ["blocked", "syntax_error"]
+    assert sorted(a for a in p17["answers"] if a not in ("passed", None)) == ["failed", "syntax_error"]
     assert not PWNED.exists()
     assert "| mbpp | 16 | 8192 | 0.6 | 77.08 |" in (tmp_path / "run" / "results.md").read_text()
-
-
-def test_sandbox_program_wraps_stdin_scripts_and_prepends_the_prelude():
-    assert sandbox_program("x = 1\n", {"tests": "assert x == 1", "prelude": "", "stdin": False}) == "x = 1\n"
-    assert sandbox_program("f()\n", {"tests": "t", "prelude": "import math", "stdin": False}) == "import math\nf()\n"
-    wrapped = sandbox_program("print(input())\n", {"tests": "t", "prelude": "", "stdin": True})
-    namespace = {}
-    exec(wrapped, namespace)  # noqa: S102 (a string constant and its compilation, nothing of it runs)
-    assert namespace["PROGRAM"] == "print(input())\n" and namespace["CODE"].co_filename == "program.py"
 
 
 def test_a_sample_without_a_response_is_incorrect():

@@ -1,215 +1,485 @@
-"""`eval.sandbox`: each hostile program is tried for real and ends bounded, counted under its outcome and scored
-0, without harming the caller; no sandboxed process outlives a test. Timeouts are 1-2 s."""
+"""`eval.sandbox`, the code judge, tried as an adversarial policy would: every program below is wrong (its `add`
+does not add) and tries one way to score anyway, by class: tampering with its interpreter, forging or racing the
+verdict, reading the tests, always-true comparisons and subclasses of builtins, other interpreters, escaping the
+file system, the network or the process tree, touching another rollout's files, exhausting memory, processes,
+disk or output, surviving the run. Each scores 0 (or is bounded and counted) and leaves nothing outside its
+sandbox. Where the attack could work, the program returns the right answer only if it worked, so a pass would
+show the escape. CI runs this as root, which is the harder case (the sandbox then drops to uids of its own)."""
 
 import os
 import socket
+import subprocess
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from eval.sandbox import Sandbox, check_tests, last_code_block
+from eval.sandbox import SLOTS_PER_PROCESS, CodeProblem, Sandbox, check_tests, last_code_block, problem_of
+from eval.sandbox_wire import WireError, wire_decode, wire_encode
 
 REPO = Path(__file__).resolve().parents[2]
-OK_TEST = "assert True\n"
+TESTS = "SECRET = 'q7xk2'  # the tests' text: no program may see it\nassert add(1, 2) == 3\nassert add(2, 2) == 4\n"
+RIGHT = "def add(a, b):\n    return a + b\n"
+WRONG = "def add(a, b):\n    return a - b\n"
 
 
-def sandbox_processes() -> list[int]:
-    """Pids of processes running the sandbox's child (its argv carries the limits JSON)."""
-    pids = []
+def run_as_program(sandbox, program, tests=TESTS):
+    result = sandbox.run(program, tests)
+    assert result.outcome != "sandbox_error", result
+    return result
+
+
+def sandbox_tasks(sandbox) -> list[int]:
+    """Pids of live processes that belong to a program: its uid range (root) or the runner's limits in argv."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"RLIMIT_NPROC" in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+            if status["State"].split()[0] in ("Z", "X"):
                 continue
-    return pids
-
-
-@pytest.fixture(autouse=True)
-def no_survivors():
-    yield
-    deadline = time.monotonic() + 3
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == [], "a sandboxed process outlived its run"
+            uid = int(status["Uid"].split()[0])
+            mine = sandbox.as_root and sandbox.uid_base <= uid < sandbox.uid_base + SLOTS_PER_PROCESS
+            if mine or b"RLIMIT_NPROC" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+    return found
 
 
 @pytest.fixture(scope="module")
 def sandbox():
-    return Sandbox(timeout_s=1.5, memory_mb=512)
+    box = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16)
+    assert box.check_ready() is None, box.check_ready()
+    return box
 
 
-@pytest.fixture(scope="module")
-def bare():
-    """The layers under the audit hook alone (rlimits, uid, namespaces): what code that slips past the hook meets."""
-    return Sandbox(timeout_s=1.5, memory_mb=512, audit=False)
+@pytest.fixture(autouse=True)
+def nothing_survives(request):
+    yield
+    if "sandbox" not in request.fixturenames:
+        return
+    box = request.getfixturevalue("sandbox")
+    assert sandbox_tasks(box) == [], "a program's process outlived its run"
 
 
-def test_passing_failing_and_pass_fraction(sandbox):
+# ---- the judge works -------------------------------------------------------------------------------------------
+
+
+def test_right_and_wrong_programs_and_pass_fraction(sandbox):
+    assert run_as_program(sandbox, RIGHT).outcome == "passed"
+    wrong = run_as_program(sandbox, WRONG)
+    assert (wrong.outcome, wrong.passed, wrong.asserts, wrong.score()) == ("failed", 0, 2, 0.0)
     program = "def add(a, b):\n    return a + b if a < 5 else 0\n"
-    ok = sandbox.run(program, "assert add(1, 2) == 3\nassert add(2, 2) == 4\n")
-    assert (ok.outcome, ok.passed, ok.asserts, ok.score("all_pass")) == ("passed", 2, 2, 1.0)
-    half = sandbox.run(program, "assert add(1, 2) == 3\nassert add(7, 1) == 8\nassert add(0, 0) == 0\nx = 1\n")
+    half = run_as_program(sandbox, program, "assert add(1, 2) == 3\nassert add(7, 1) == 8\nassert add(0, 0) == 0\n")
     assert (half.outcome, half.passed, half.asserts) == ("failed", 2, 3)
-    assert half.score("all_pass") == 0.0 and half.score("pass_fraction") == pytest.approx(2 / 3)
+    assert half.score("pass_fraction") == pytest.approx(2 / 3)
     # a setup statement that raises ends the run: the asserts after it count as failed
-    setup = sandbox.run(program, "assert add(1, 1) == 2\nundefined_name()\nassert add(0, 1) == 1\n")
+    setup = run_as_program(sandbox, program, "assert add(1, 1) == 2\nundefined_name()\nassert add(0, 1) == 1\n")
     assert (setup.outcome, setup.passed, setup.asserts) == ("failed", 1, 2)
 
 
-def test_tests_without_top_level_asserts_count_as_one_test(sandbox):
-    check = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n\ncheck(square)\n"
-    good = sandbox.run("def square(x):\n    return x * x\n", check)
-    bad = sandbox.run("def square(x):\n    return 2 * x\n", check)
-    assert good.outcome == "passed" and good.score("pass_fraction") == 1.0
-    assert bad.outcome == "failed" and bad.score("pass_fraction") == 0.0
-
-
-def test_infinite_loop_times_out(sandbox):
-    result = sandbox.run("while True:\n    pass\n", OK_TEST)
-    assert result.outcome == "timeout" and result.score() == 0.0
-    assert result.wall_s < sandbox.timeout_s + 1.5
-
-
-def test_sleeping_program_times_out_on_the_wall_clock(sandbox):
-    result = sandbox.run("import time\ntime.sleep(60)\n", OK_TEST)
-    assert result.outcome == "timeout" and result.wall_s < sandbox.timeout_s + 1.5
-
-
-def test_fork_bomb_is_blocked(sandbox):
-    result = sandbox.run("import os\nwhile True:\n    os.fork()\n", OK_TEST)
-    assert result.outcome == "blocked" and result.detail == "os.fork"
-
-
-def test_fork_bomb_past_the_hook_is_bounded_by_the_process_limit(bare):
-    if bare.drop_to is None and os.geteuid() == 0:
-        pytest.skip("RLIMIT_NPROC binds no root process")
+def test_objects_methods_iterators_exceptions_output_and_stdin_scripts(sandbox):
     program = (
-        "import os, time\nn = 0\nfor _ in range(10000):\n    try:\n        pid = os.fork()\n"
-        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
-        "    n += 1\nprint('forked', n, flush=True)\n"
+        "class Counter:\n    def __init__(self):\n        self.n = 0\n    def add(self, k):\n        self.n += k\n"
+        "        return self\n    def total(self):\n        return self.n\n"
+        "class Invalid(ValueError):\n    pass\n"
+        "def check(x):\n    if x < 0:\n        raise Invalid('negative')\n    return x\n"
+        "def squares(n):\n    for i in range(n):\n        yield i * i\n"
+        "def shout(s):\n    print(s.upper())\n"
+        "LIMIT = {'a': (1, 2.5), 3: {4, 5}}\n"
     )
-    result = bare.run(program, OK_TEST)
-    forked = int(result.output.split()[1])
-    assert result.outcome == "passed" and 0 < forked <= bare.max_processes
-    assert result.wall_s < bare.timeout_s  # the sleeping children did not hold the run open
+    tests = (
+        "import io, contextlib\n"
+        "c = Counter()\nc.add(2).add(3)\nassert c.total() == 5 and c.n == 5\n"
+        "try:\n    check(-1)\n    raised = None\nexcept Invalid as err:\n    raised = str(err)\n"
+        "assert raised == 'negative' and issubclass(Invalid, ValueError)\n"
+        "assert list(squares(4)) == [0, 1, 4, 9]\n"
+        "buf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    shout('hi')\n"
+        "assert buf.getvalue() == 'HI\\n'\n"
+        "assert LIMIT == {'a': (1, 2.5), 3: {4, 5}} and type(LIMIT['a']) is tuple\n"
+    )
+    result = run_as_program(sandbox, program, tests)
+    assert result.outcome == "passed", result
+    script = CodeProblem("assert run_program('2 3\\n') == '5\\n'\nassert run_program('1 1\\n') == '2\\n'\n", stdin=True)
+    assert run_as_program(sandbox, "a, b = map(int, input().split())\nprint(a + b)\n", script).outcome == "passed"
+    assert run_as_program(sandbox, "print(0)\n", script).outcome == "failed"
 
 
-def test_huge_allocation_hits_the_memory_limit(sandbox):
-    result = sandbox.run("x = bytearray(8 * 1024 ** 3)\n", OK_TEST)
-    assert result.outcome == "memory" and result.score() == 0.0
-    slow = sandbox.run("x = []\nwhile True:\n    x.append(' ' * 10 ** 6)\n", OK_TEST)
-    assert slow.outcome == "memory"
+def test_prelude_helpers_are_the_judges_not_the_programs(sandbox):
+    problem = CodeProblem(
+        "def check(candidate):\n    assert is_ok(candidate(3))\n\ncheck(triple)\n",
+        prelude="def is_ok(x):\n    return x == 9\n",
+    )
+    assert run_as_program(sandbox, "def triple(x):\n    return 3 * x\n", problem).outcome == "passed"
+    cheat = "def is_ok(x):\n    return True\ndef triple(x):\n    return 0\n"  # redefining the tests' helper
+    assert run_as_program(sandbox, cheat, problem).outcome == "failed"
 
 
-@pytest.mark.parametrize(
-    "program, event",
-    [
-        ("import os\nos.system('echo hi')\n", "os.system"),
-        ("import subprocess\nsubprocess.run(['true'])\n", "import__posixsubprocess"),
-        ("import os\nos.execv('/bin/true', ['true'])\n", "os.exec"),
-        ("import ctypes\n", "import_ctypes"),
-        ("import gc\ngc.get_objects()\n", "gc.get_objects"),
-        ("import sys\nsys._getframe(0)\n", "sys._getframe"),
-    ],
-)
-def test_processes_ctypes_and_introspection_are_blocked(sandbox, program, event):
-    result = sandbox.run(program, OK_TEST)
-    assert result.outcome == "blocked" and result.detail.startswith(event)
+def test_wire_carries_plain_data_only():
+    value = {"a": [1, 2.5, None, True], (1, "x"): frozenset({3}), 7: {b"\x00": 1 + 2j}, "big": 3**200}
+    assert wire_decode(wire_encode(value)) == value
+    for not_plain in (type("Sub", (int,), {})(3), object(), [1, object()]):
+        with pytest.raises(WireError):
+            wire_encode(not_plain)
+    for forged in ({"list": [1], "extra": 2}, {"eval": "1"}, {"set": [[1]]}, {"ref": 0}, {"int": 5}, [1]):
+        with pytest.raises(WireError):
+            wire_decode(forged)
+    deep = 1
+    for _ in range(200):
+        deep = {"list": [deep]}
+    with pytest.raises(WireError):
+        wire_decode(deep)
 
 
-def test_reading_files_outside_the_sandbox_is_blocked(sandbox):
-    for path in ("/etc/passwd", str(REPO / "pyproject.toml")):
-        result = sandbox.run(f"data = open({path!r}).read()\nprint(data)\n", OK_TEST)
-        assert result.outcome == "blocked" and path in result.detail and result.output == b""
-    listing = sandbox.run(f"import os\nos.listdir({str(REPO)!r})\n", OK_TEST)
-    assert listing.outcome == "blocked"
+# ---- tampering with the interpreter --------------------------------------------------------------------------
+
+TAMPERING = {
+    "builtins": (
+        "import builtins, ast\nbuiltins.exec = lambda *a, **k: None\nbuiltins.compile = lambda *a, **k: None\n"
+        "ast.parse = lambda *a, **k: ast.Module([], [])\nbuiltins.AssertionError = type('N', (BaseException,), {})\n"
+    ),
+    "from a thread, a moment later": (
+        "import builtins, threading, time\n"
+        "def later():\n    time.sleep(0.05)\n    builtins.exec = lambda *a, **k: None\n"
+        "    builtins.isinstance = lambda *a: True\n"
+        "threading.Thread(target=later, daemon=True).start()\n"
+    ),
+    "the harness's own functions": (
+        "import sys\nmain = sys.modules['__main__']\n"
+        "for name in dir(main):\n    if 'encode' in name or 'send' in name:\n"
+        "        setattr(main, name, (lambda *a, **k: 3) if 'encode' in name else getattr(main, name))\n"
+    ),
+    "tracing, profiling, audit hooks": (
+        "import sys\nsys.settrace(lambda *a: None)\nsys.setprofile(lambda *a: None)\n"
+        "sys.addaudithook(lambda e, a: None)\n"
+    ),
+    "signals": (
+        "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):\n"
+        "    signal.signal(s, signal.SIG_IGN)\n"
+    ),
+    "frames": (
+        "import sys, gc\nf = sys._getframe()\nwhile f.f_back:\n    f = f.f_back\n"
+        "f.f_globals['_STATE'] = {'gone': False}\nfor o in gc.get_objects():\n"
+        "    if isinstance(o, dict) and 'all_ran' in o:\n        o['all_ran'] = True\n"
+    ),
+    "ctypes": "import ctypes\nctypes.memset(id(3) + 24, 0, 8) if False else None\nlibc = ctypes.CDLL(None)\n",
+}
 
 
-def test_writing_outside_the_sandbox_is_blocked(sandbox, bare, tmp_path):
-    outside = tmp_path / "escaped.txt"
-    in_repo = REPO / "sandbox_escape_probe.txt"
-    for target in (outside, in_repo):
-        result = sandbox.run(f"open({str(target)!r}, 'w').write('x')\n", OK_TEST)
-        assert result.outcome == "blocked" and not target.exists()
-        removal = sandbox.run(f"import os\nos.remove({str(REPO / 'pyproject.toml')!r})\n", OK_TEST)
-        assert removal.outcome == "blocked" and (REPO / "pyproject.toml").exists()
-    if bare.drop_to is not None:  # past the hook, the unprivileged uid cannot write the repo
-        result = bare.run(f"open({str(in_repo)!r}, 'w').write('x')\n", OK_TEST)
-        assert result.outcome == "failed" and not in_repo.exists()
+@pytest.mark.parametrize("attack", TAMPERING.values(), ids=TAMPERING.keys())
+def test_tampering_with_the_interpreter_changes_no_verdict(sandbox, attack):
+    result = run_as_program(sandbox, attack + WRONG)
+    assert result.outcome == "failed" and result.score() == 0.0 and result.passed == 0, result
 
 
-def test_the_program_gets_a_private_directory_and_a_minimal_environment(sandbox):
-    program = "import os\nprint(os.getcwd(), os.environ['HOME'], sorted(os.environ))\nopen('own.txt', 'w').write('x')\n"
-    result = sandbox.run(program, "assert open('own.txt').read() == 'x'\n")
-    assert result.outcome == "passed"
-    cwd, home, keys = result.output.decode().split(" ", 2)
-    assert cwd == home and not Path(cwd).exists()  # removed afterwards
-    assert set(eval(keys)) <= {"PATH", "LANG", "HOME", "TMPDIR", "LC_CTYPE"}
+def test_another_interpreter_in_the_process_changes_nothing(sandbox):
+    sub = (
+        "import _xxsubinterpreters as interpreters\niid = interpreters.create()\n"
+        "interpreters.run_string(iid, '''import builtins\\nbuiltins.exec = None\\n"
+        "open('/tmp/escaped', 'w').write(open(%r).read())''')\n" % str(REPO / "pyproject.toml")
+    )
+    result = run_as_program(
+        sandbox, "try:\n    " + sub.replace("\n", "\n    ") + "\nexcept Exception:\n    pass\n" + WRONG
+    )
+    assert result.outcome == "failed" and result.passed == 0
 
 
-def test_killing_the_parent_does_not_work(sandbox, bare):
-    for program in ("import os\nos.kill(os.getppid(), 9)\n", f"import os\nos.kill({os.getpid()}, 9)\n"):
-        assert sandbox.run(program, OK_TEST).outcome == "blocked"
-        if bare.uses_namespaces() or bare.drop_to is not None:  # past the hook: invisible (pid ns) or not ours
-            assert bare.run(program + "import time\ntime.sleep(0.1)\n", OK_TEST).outcome in ("failed", "passed")
-    assert os.getpid() > 0  # still here
+# ---- forging or racing the verdict ---------------------------------------------------------------------------
 
 
-def test_printing_a_gigabyte_is_cut_off(sandbox):
-    result = sandbox.run("import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n", OK_TEST)
-    assert result.outcome == "output_limit" and len(result.output) <= 4096
-    assert result.wall_s < sandbox.timeout_s
-
-
-def test_syntax_error(sandbox):
-    result = sandbox.run("def f(:\n    return 1\n", OK_TEST)
-    assert result.outcome == "syntax_error" and result.score("pass_fraction") == 0.0
-
-
-def test_network_connection_to_a_loopback_server_fails(sandbox, bare, closing_server):
-    port = closing_server.port
-    program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=0.5).close()\n"
-    assert sandbox.run(program, OK_TEST).outcome == "blocked"
-    if bare.uses_namespaces():  # past the hook: a fresh network namespace has no route to the host's loopback
-        assert bare.run(program, OK_TEST).outcome == "failed"
-    with socket.create_connection(("127.0.0.1", port), timeout=1):  # the server itself works
-        pass
-    time.sleep(0.2)
-    assert closing_server.accepted == 1
-
-
-def test_a_forged_verdict_does_not_count(sandbox):
+def test_forged_frames_on_every_descriptor_do_not_count(sandbox):
     forge = (
-        "import os\nfor fd in range(3, 12):\n    try:\n        os.write(fd, b'0 ran 9 9 1 -\\n')\n"
-        "    except OSError:\n        pass\nos._exit(0)\n"
+        "import os, json\n"
+        "verdict = json.dumps({'kind': 'ran', 'passed': 2, 'asserts': 2, 'all_ran': True, 'gone': False}).encode()\n"
+        "frame = len(verdict).to_bytes(4, 'big') + verdict\n"
+        "for fd in range(0, 64):\n    try:\n        os.write(fd, frame)\n    except OSError:\n        pass\n"
     )
-    result = sandbox.run(forge, "assert False\n")
-    assert result.outcome == "failed" and result.score() == 0.0
+    assert run_as_program(sandbox, forge + WRONG).outcome == "failed"
+    exits = forge + "os._exit(0)\n"  # and leave before any question
+    assert run_as_program(sandbox, exits).score() == 0.0
 
 
-def test_a_broken_harness_is_a_sandbox_error():
+def test_racing_the_judge_from_a_thread(sandbox):
+    race = (
+        "import os, threading, json\nok = json.dumps({'ok': 3, 'out': '', 'err': ''}).encode()\n"
+        "def flood():\n    while True:\n        for fd in range(3, 12):\n            try:\n"
+        "                os.write(fd, len(ok).to_bytes(4, 'big') + ok)\n            except OSError:\n"
+        "                pass\nthreading.Thread(target=flood, daemon=True).start()\n"
+    )
+    result = run_as_program(sandbox, race + WRONG)
+    assert result.score() == 0.0 and result.outcome in ("failed", "timeout", "output_limit"), result
+
+
+def test_killing_everything_it_can_reach_ends_only_itself(sandbox):
+    sentinel = subprocess.Popen(["sleep", "30"])
+    try:
+        program = f"import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill({sentinel.pid}, signal.SIGKILL)\n" + WRONG
+        result = run_as_program(sandbox, program)
+        assert result.score() == 0.0 and sentinel.poll() is None  # the machine's processes are out of its reach
+        parent = run_as_program(sandbox, "import os\nos.kill(os.getppid(), 9)\n" + WRONG)
+        assert parent.outcome == "failed"
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+
+
+# ---- reading the tests -----------------------------------------------------------------------------------------
+
+
+def test_the_tests_are_nowhere_the_program_can_look(sandbox):
+    search = (
+        "import os\nfound = False\n"
+        "for root, dirs, files in os.walk('/'):\n"
+        "    if root.startswith(('/usr', '/dev')):\n        dirs[:] = []\n        continue\n"
+        "    for name in files:\n        try:\n"
+        "            found = found or b'q7xk2' in open(os.path.join(root, name), 'rb').read()\n"
+        "        except OSError:\n            pass\n"
+        "for fd in range(0, 64):\n    try:\n        os.set_blocking(fd, False)\n"
+        "        found = found or b'q7xk2' in os.read(fd, 1 << 20)\n    except OSError:\n        pass\n"
+        "print(sorted(os.listdir('/')), os.path.exists('/proc'), os.path.exists('/etc'))\n"
+        "def add(a, b):\n    return a + b if found else a - b\n"
+    )
+    result = run_as_program(sandbox, search)
+    assert result.outcome == "failed", result  # it would pass, had it found the tests' text
+
+
+# ---- always-true comparisons and subclasses of builtins -----------------------------------------------------
+
+ALWAYS = {
+    "__eq__ always true": "class Any:\n    def __eq__(self, other):\n        return True\n",
+    "a subclass of int": "class Any(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n",
+    "a subclass of str": "class Any(str):\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n",
+    "truthy object": "class Any:\n    def __bool__(self):\n        return True\n",
+}
+
+
+@pytest.mark.parametrize("cls", ALWAYS.values(), ids=ALWAYS.keys())
+def test_always_true_answers_fail(sandbox, cls):
+    program = cls + "def add(a, b):\n    return Any() if Any.__bases__ == (object,) else Any(0)\n"
+    tests = TESTS + "assert add(5, 5)\nassert [add(1, 2)] == [3]\nassert add(1, 2) in (3,)\n"
+    result = run_as_program(sandbox, program, tests)
+    assert (result.outcome, result.passed, result.score()) == ("failed", 0, 0.0), result
+
+
+def test_a_test_expecting_any_exception_is_not_passed_by_dying(sandbox):
+    tests = "try:\n    add(1, 2)\n    ok = False\nexcept Exception:\n    ok = True\nassert ok\n"
+    assert run_as_program(sandbox, "import os\nos._exit(0)\n", tests).score() == 0.0
+    assert run_as_program(sandbox, "def add(a, b):\n    import os\n    os._exit(0)\n", tests).score() == 0.0
+    skip = "class _Skipped(Exception):\n    pass\ndef add(a, b):\n    raise _Skipped()\n"  # the pytest shim's name
+    shim = "def f():\n    try:\n        add(1, 2)\n    except _Skipped:\n        return True\n"
+    assert run_as_program(sandbox, skip, "class _Skipped(Exception):\n    pass\n" + shim + "assert f()\n").score() == 0
+
+
+def test_stop_iteration_from_a_call_cannot_end_a_tests_map_early(sandbox):
+    tests = "assert all(map(lambda pair: add(*pair) == 3, [(1, 2), (2, 1)]))\n"
+    assert run_as_program(sandbox, RIGHT, tests).outcome == "passed"
+    assert run_as_program(sandbox, "def add(a, b):\n    raise StopIteration\n", tests).outcome == "failed"
+
+
+def test_a_forged_report_of_names_cannot_replace_the_judges_own(sandbox):
+    forged = (
+        "import sys\nmain = sys.modules['__main__']\nreal = main.wire_send\n"
+        "def send(fd, message):\n    if 'names' in message:\n        message['names'].update({n: {'ref': 0} for n in "
+        "('__builtins__', '__name__', 'isinstance', 'all', 'is_ok', 'AssertionError')})\n"
+        "    real(fd, message)\nmain.wire_send = send\n"
+    )
+    problem = CodeProblem(
+        "assert is_ok(add(1, 2))\nassert all([add(2, 2) == 4])\n", prelude="def is_ok(x):\n    return x == 3\n"
+    )
+    result = run_as_program(sandbox, forged + "def add(a, b):\n    return 3\n", problem)
+    assert (result.outcome, result.passed) == ("failed", 1), result  # its own wrong add(2, 2) fails the second
+
+
+# ---- escaping the file system, the network, the process tree ---------------------------------------------------
+
+
+def test_the_host_file_system_is_out_of_reach(sandbox):
+    secret = Path(tempfile.mkdtemp(prefix="sarl-host-")) / "secret.txt"
+    secret.write_text("q7xk2")
+    secret.chmod(0o644)
+    secret.parent.chmod(0o755)
+    escape = Path(tempfile.gettempdir()) / f"sarl-escape-{os.getpid()}"
+    shadow = Path("/etc/shadow")
+    before = shadow.stat() if shadow.exists() else None
+    try:
+        program = (
+            "import os\nseen = False\n"
+            f"for path in ({str(secret)!r}, {str(REPO / 'pyproject.toml')!r}, '/etc/passwd', '/root', "
+            f"{str(Path.home())!r}):\n"
+            "    try:\n        seen = seen or bool(open(path).read(1))\n    except OSError:\n        pass\n"
+            "    try:\n        seen = seen or bool(os.listdir(path))\n    except OSError:\n        pass\n"
+            f"try:\n    open({str(escape)!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
+            "os.symlink('/etc/shadow', 'link') if not os.path.exists('link') else None\n"
+            "os.symlink('/etc/shadow', '/tmp/tests.py')\n"
+            "def add(a, b):\n    return a + b if seen else a - b\n"
+        )
+        result = run_as_program(sandbox, program)
+        assert result.outcome == "failed", result
+        assert escape.exists() is False  # its /tmp is its own tmpfs, gone with it
+        if before is not None:  # nothing followed its symlinks: ownership and mode unchanged
+            after = shadow.stat()
+            assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid, before.st_mode)
+    finally:
+        secret.unlink()
+        secret.parent.rmdir()
+        escape.unlink(missing_ok=True)
+
+
+def test_no_network_and_no_unix_sockets(sandbox, tmp_path):
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    port = listener.getsockname()[1]
+    unix_dir = Path(tempfile.mkdtemp(prefix="sarl-sock-"))
+    unix_dir.chmod(0o777)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(unix_dir / "s"))
+    os.chmod(unix_dir / "s", 0o777)
+    unix.listen()
+    unix.settimeout(0.1)
+    accepted = []
+
+    def accept():
+        for server in (listener, unix):
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+    try:
+        program = (
+            "import socket\nreached = False\n"
+            f"for family, address in ((socket.AF_INET, ('127.0.0.1', {port})), "
+            f"(socket.AF_UNIX, {str(unix_dir / 's')!r}), (socket.AF_UNIX, '\\0/tmp/.X11-unix/X0')):\n"
+            "    try:\n        s = socket.socket(family)\n        s.settimeout(0.5)\n        s.connect(address)\n"
+            "        reached = True\n    except OSError:\n        pass\n"
+            "def add(a, b):\n    return a + b if reached else a - b\n"
+        )
+        assert run_as_program(sandbox, program).outcome == "failed"
+        accept()
+        assert accepted == []
+    finally:
+        listener.close()
+        unix.close()
+        (unix_dir / "s").unlink()
+        unix_dir.rmdir()
+
+
+# ---- touching another rollout's files ----------------------------------------------------------------------------
+
+
+def test_siblings_in_one_batch_cannot_touch_each_other(sandbox):
+    writer = (
+        "import os, time\nfor d in ('/tmp', '.'):\n    open(os.path.join(d, 'tests.py'), 'w').write('assert True\\n')\n"
+        "    open(os.path.join(d, 'marker-q7'), 'w').write('x')\ntime.sleep(0.3)\n" + WRONG
+    )
+    reader = (
+        "import os, time\ntime.sleep(0.1)\nfound = any(os.path.exists(os.path.join(d, 'marker-q7')) "
+        "for d in ('/tmp', '.', '/'))\ndef add(a, b):\n    return a + b if found else a - b\n"
+    )
+    jobs = [(writer, TESTS)] * 3 + [(reader, TESTS)] * 5 + [(WRONG, TESTS)] * 8
+    results = sandbox.run_many(jobs, max_workers=4)
+    assert [r.outcome for r in results] == ["failed"] * len(jobs), [r.outcome for r in results]
+
+
+# ---- exhausting memory, processes, disk, output ------------------------------------------------------------------
+
+EXHAUSTING = {
+    "memory": ("x = bytearray(8 * 1024 ** 3)\n", {"memory"}),
+    "memory in a call": ("def add(a, b):\n    return bytearray(8 * 1024 ** 3)\n", {"memory"}),
+    "processes": ("import os\nwhile True:\n    os.fork()\n", {"failed", "timeout"}),
+    "threads": (
+        "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(60,)).start()\n",
+        {"failed"},
+    ),
+    "disk": ("open('/tmp/big', 'wb').write(b'x' * (64 << 20))\n", {"failed", "output_limit"}),
+    "output": ("import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n", {"output_limit"}),
+    "output on the descriptor": ("import os\nwhile True:\n    os.write(1, b'x' * 65536)\n", {"output_limit"}),
+    "output in a call": ("def add(a, b):\n    while True:\n        print('x' * 65536)\n", {"output_limit"}),
+    "a huge answer": ("def add(a, b):\n    return 'x' * (64 << 20)\n", {"failed", "memory"}),
+    "a deep answer": (
+        "def add(a, b):\n    x = 3\n    for _ in range(10000):\n        x = [x]\n    return x\n",
+        {"failed"},
+    ),
+    "cpu in a call": ("def add(a, b):\n    while True:\n        pass\n", {"timeout"}),
+    "segfault": ("import ctypes\nctypes.string_at(0)\n", {"crashed"}),
+    "abort": ("import os\nos.abort()\n", {"crashed"}),
+}
+
+
+@pytest.mark.parametrize("program, outcomes", EXHAUSTING.values(), ids=EXHAUSTING.keys())
+def test_exhausting_a_resource_is_bounded_and_counted(sandbox, program, outcomes):
+    result = run_as_program(sandbox, program)
+    assert result.outcome in outcomes and result.score() == 0.0, result
+    assert result.wall_s < sandbox.timeout_s + 1.0  # at most its limit plus a second
+
+
+def test_a_crash_is_recognised_at_once(sandbox):
+    result = run_as_program(sandbox, "def add(a, b):\n    import os\n    os.abort()\n")
+    assert result.outcome == "crashed" and "SIGABRT" in result.detail and result.wall_s < 1.0
+
+
+# ---- surviving the run -------------------------------------------------------------------------------------------
+
+
+def test_no_process_of_the_program_survives_its_run(sandbox):
+    daemon = (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n    signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "    if os.fork() == 0:\n        os.execv('/usr/bin/sleep', ['sleep', '60'])\n    os._exit(0)\n"
+        "time.sleep(0.2)\n" + WRONG
+    )
+    assert run_as_program(sandbox, daemon).outcome == "failed"
+    assert sandbox_tasks(sandbox) == []
+
+
+# ---- set-up, errors ---------------------------------------------------------------------------------------------
+
+
+def test_a_kernel_that_refuses_namespaces_gets_one_line_naming_what_to_enable():
+    folder = Path(tempfile.mkdtemp(prefix="sarl-fake-bwrap-"))
+    try:
+        fake = folder / "bwrap"
+        fake.write_text(
+            "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace, likely because the kernel does not "
+            "allow non-privileged user namespaces.' >&2\nexit 1\n"
+        )
+        fake.chmod(0o755)
+        folder.chmod(0o755)
+        message = Sandbox(timeout_s=2, bwrap=str(fake)).check_ready()
+        assert "\n" not in message and "unprivileged_userns_clone" in message and "max_user_namespaces" in message
+    finally:
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+
+
+def test_missing_bubblewrap_or_interpreter_are_named():
+    assert "bubblewrap" in Sandbox(bwrap="/nonexistent/bwrap").check_ready()
     broken = Sandbox(timeout_s=1, python="/nonexistent/python3")
-    result = broken.run("x = 1\n", OK_TEST)
-    assert result.outcome == "sandbox_error"
+    assert broken.run("x = 1\n", "assert True\n").outcome == "sandbox_error"
     assert "set python=" in broken.check_ready()
 
 
-def test_run_many_keeps_the_order_and_bounds_the_concurrency(sandbox):
+def test_run_many_keeps_the_order(sandbox):
     jobs = [(f"def f():\n    return {i}\n", f"assert f() == {i if i % 3 else -1}\n") for i in range(9)]
     results = sandbox.run_many(jobs, max_workers=3)
     assert [r.outcome for r in results] == ["failed" if i % 3 == 0 else "passed" for i in range(9)]
 
 
-def test_settings_are_checked():
-    with pytest.raises(ValueError, match="namespaces='maybe' is not valid"):
-        Sandbox(namespaces="maybe")
+def test_settings_and_ground_truths_are_checked():
     with pytest.raises(ValueError, match="timeout_s=0 must be positive"):
         Sandbox(timeout_s=0)
     assert check_tests("assert x ==") is not None and check_tests(None) is not None
     assert check_tests("assert 1\n") is None
+    assert problem_of({"tests": "assert f()", "prelude": "import math"}) == CodeProblem("assert f()", "import math")
+    with pytest.raises(ValueError, match="prepared by an older version"):
+        problem_of({"tests": "exec(CODE)", "stdin": True})
+    with pytest.raises(ValueError, match="not a dict"):
+        problem_of("assert 1")
 
 
 @pytest.mark.parametrize(
@@ -225,3 +495,15 @@ def test_settings_are_checked():
 )
 def test_last_code_block(text, code):
     assert last_code_block(text) == code
+
+
+def test_threads_of_the_parent_are_safe():
+    box = Sandbox(timeout_s=2)
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(box.run(RIGHT, TESTS).outcome)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == ["passed"] * 4
+    time.sleep(0)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from eval.code import sandbox_program
-from eval.sandbox import Sandbox
+from eval.sandbox import Sandbox, problem_of
 from sarl.data import code_tests
 from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config, prepare
@@ -128,10 +127,10 @@ def test_each_rows_solution_passes_and_a_wrong_one_fails(tmp_path, sandbox, name
     id_key = {"grp_code_rl": "question_id"}.get(name, "task_id")
     for row in source_rows(name):
         truth = built[str(row[id_key])]
-        right = sandbox.run(sandbox_program(canonical(name, row), truth), truth["tests"])
+        right = sandbox.run(canonical(name, row), problem_of(truth))
         assert right.outcome == "passed", (name, row[id_key], right)
         for wrong in wrong_programs(name, row):
-            result = sandbox.run(sandbox_program(wrong, truth), truth["tests"])
+            result = sandbox.run(wrong, problem_of(truth))
             assert result.outcome == "failed" and result.score() == 0.0, (name, row[id_key], wrong, result)
 
 
@@ -141,8 +140,8 @@ def test_livecodebench_stdin_and_functional_cases(tmp_path, sandbox):
     for pid, (right, wrong) in LCB_PROGRAMS.items():
         truth = built[pid]["reward_model"]["ground_truth"]
         assert truth["stdin"] == (pid != "9001") and truth["prelude"] == code_tests.LCB_PRELUDE
-        assert sandbox.run(sandbox_program(right, truth), truth["tests"]).outcome == "passed", pid
-        assert sandbox.run(sandbox_program(wrong, truth), truth["tests"]).outcome == "failed", pid
+        assert sandbox.run(right, problem_of(truth)).outcome == "passed", pid
+        assert sandbox.run(wrong, problem_of(truth)).outcome == "failed", pid
     # public + private (compressed) cases: one assert each
     assert built["abc999_a"]["reward_model"]["ground_truth"]["tests"].count("\nassert _lcb_case(") == 3
     prompt = built["9001"]["prompt"][0]["content"]
@@ -177,7 +176,7 @@ def test_humaneval_prompt_helpers_run_before_the_program(tmp_path, sandbox):
         "def make_palindrome(string: str) -> str:\n    for i in range(len(string) + 1):\n"
         "        if is_palindrome(string[i:]):\n            return string + string[:i][::-1]\n"
     )  # uses the prompt's helper without repeating it
-    assert sandbox.run(sandbox_program(program, t10), t10["tests"]).outcome == "passed"
+    assert sandbox.run(program, problem_of(t10)).outcome == "passed"
     assert truth["HumanEval/0"]["prelude"] == "from typing import List\n"  # the annotations' import
 
 
