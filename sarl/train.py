@@ -130,8 +130,18 @@ def run(
     if cfg.algorithm.name == "sft":
         from sarl.backends.verl.sft import run_verl_sft
 
-        return run_verl_sft(cfg, choices, experiment, run_dir)
-    return run_verl(cfg, choices, experiment, run_dir)
+        rc = run_verl_sft(cfg, choices, experiment, run_dir)
+    else:
+        rc = run_verl(cfg, choices, experiment, run_dir)
+    if rc or cfg.train.dry_run:
+        return rc
+    from sarl.launch.pipeline import saved_weights_problem
+
+    problem = saved_weights_problem(cfg, run_dir)  # no run ends without its weights
+    if problem:
+        log.error("the run saved no usable model: %s", problem)
+        return 1
+    return 0
 
 
 def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path, overrides: list[str]) -> int:
@@ -199,6 +209,11 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     """backend=verl: write verl's trainer config and launch verl's entry point on it."""
     from sarl.backends.verl.config import build_verl_config, process_env, validate_verl_config
 
+    if int(cfg.train.save_freq) <= 0:  # verl's RL trainer saves only then (and then always the last step too)
+        raise UserError(
+            f"train.save_freq={cfg.train.save_freq}: verl's RL trainer saves nothing unless it is > 0, and a run "
+            "must end with its weights; set train.save_freq to a positive number of steps (the last step is saved)"
+        )
     with_cpu_data(cfg, run_dir)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     server = planned_embedding_server(cfg, reward_cfg)  # its URL goes into verl's config

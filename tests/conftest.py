@@ -25,12 +25,14 @@ def policy_cache(tmp_path_factory):
     """A cache directory holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
     traces), built once for the whole session: every test that trains it passes model.build.cache_dir=<this>."""
     import json
+    import os
     from pathlib import Path
 
     from sarl.backends.trl.run import policy_path
     from sarl.launch.compose import compose_train_config
 
-    cache = tmp_path_factory.mktemp("policies")
+    # SARL_TEST_POLICY_CACHE=DIR: reuse (or build once into) DIR across sessions, e.g. when rerunning one test
+    cache = Path(os.environ.get("SARL_TEST_POLICY_CACHE") or tmp_path_factory.mktemp("policies"))
     cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
     info = json.loads((Path(policy_path(cfg)) / "policy.json").read_text())
     assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn

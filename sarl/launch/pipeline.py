@@ -34,6 +34,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.runtime.errors import UserError
+from sarl.runtime.weights import verl_actor_problem, weight_files, weights_problem
 
 log = logging.getLogger("sarl.launch.pipeline")
 
@@ -84,10 +85,10 @@ def stages_of(cfg: DictConfig) -> list[dict[str, Any]]:
 def final_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     """The Hugging Face directory a finished stage leaves (None if there is none yet)."""
     if cfg.backend.name == "trl":
-        from sarl.backends.trl.run import FINAL_SUBDIR, WEIGHT_FILES
+        from sarl.backends.trl.run import FINAL_SUBDIR
 
         final = run_dir / FINAL_SUBDIR
-        return final if any((final / n).is_file() for n in WEIGHT_FILES) else None
+        return final if weight_files(final) else None
     if cfg.algorithm.name == "sft":
         from sarl.backends.verl.sft import final_hf_checkpoint
 
@@ -104,6 +105,17 @@ def _verl_rl_checkpoint(run_dir: Path) -> Path | None:
         return None
     actor = ckpt / f"global_step_{step}" / "actor"
     return actor if actor.is_dir() else None
+
+
+def saved_weights_problem(cfg: DictConfig, run_dir: Path) -> str | None:
+    """Why a finished verl run has no usable final model (None if it has one): verl SFT's Hugging Face copy must
+    load, verl RL's actor checkpoint must hold every rank's shard. (TRL checks its `final/` itself, against the
+    trained tensors: sarl.backends.trl.run.)"""
+    final = final_checkpoint(cfg, run_dir)
+    if final is None:
+        where = "checkpoints/global_step_N/huggingface" if cfg.algorithm.name == "sft" else "checkpoints/"
+        return f"no final checkpoint under {run_dir / where}"
+    return weights_problem(final) if cfg.algorithm.name == "sft" else verl_actor_problem(final)
 
 
 def planned_checkpoint(cfg: DictConfig, run_dir: Path) -> Path:

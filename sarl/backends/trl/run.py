@@ -34,6 +34,7 @@ from sarl.backends.trl import distributed
 from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
+from sarl.runtime.weights import WEIGHT_FILES, trained_state, weights_problem
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -273,14 +274,6 @@ def bf16_as_on_the_gpu_node(cfg: DictConfig) -> Iterator[None]:
         yield
 
 
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-
-
 def checkpoint_problem(path: Path) -> str | None:
     """Why `path` cannot be resumed from (None if it can): a kill while it was written leaves it without
     a readable `trainer_state.json` or without model weights."""
@@ -466,6 +459,13 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         if not main:
             return 0
         tokenizer.save_pretrained(str(final))
+        state, numel = trained_state(trainer.accelerator.unwrap_model(trainer.model))
+        problem = weights_problem(final, state, numel)  # no run ends without its weights
+        if problem:
+            log.error("the run saved no usable model: %s", problem)
+            stopped = {"steps": trainer.state.global_step, "stopped": f"final checkpoint: {problem}"}
+            (run_dir / "summary.json").write_text(json.dumps(stopped, indent=2))
+            return 1
         heldout_block = heldout.report(heldout_before, heldout.after(trainer.model, tokenizer)) if heldout else None
     finally:
         if wandb_run is not None:

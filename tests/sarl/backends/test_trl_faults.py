@@ -228,3 +228,17 @@ def test_a_checkpoint_without_weights_is_incomplete(tmp_path):
     assert last_checkpoint(run) == good
     shutil.rmtree(good)
     assert last_checkpoint(run) is None
+
+
+def test_a_run_that_saves_no_weights_fails_with_one_line(tmp_path, policy_cache, monkeypatch, caplog):
+    """As transformers 5.9's FSDP arguments did: `final/` written with the tokenizer and no model. The run checks
+    what it saved against the trained tensors (sarl/runtime/weights.py) and exits 1 instead of reporting success."""
+    from transformers import Trainer
+
+    monkeypatch.setattr(Trainer, "save_model", lambda self, output_dir=None, _internal_call=False: None)
+    run = tmp_path / "run"
+    with caplog.at_level(logging.ERROR, logger="sarl.train.trl"):
+        assert main(smoke(tmp_path, policy_cache, "backend.max_steps=1", "train.save_freq=-1", f"run_dir={run}")) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("saved no usable model" in e and "has no model weights" in e and "\n" not in e for e in errors)
+    assert "final checkpoint" in json.loads((run / "summary.json").read_text())["stopped"]
