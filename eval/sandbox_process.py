@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from eval.sandbox_wire import WireError, wire_frame, wire_loads
+
 log = logging.getLogger(__name__)
 
 JUDGE_UID = 65534  # nobody: the judge's uid when the caller is root
@@ -52,11 +54,6 @@ def tasks_of(uid: int) -> int:
         except (OSError, KeyError, ValueError, IndexError):
             continue
     return total
-
-
-def frame(message: dict) -> bytes:
-    body = json.dumps(message, ensure_ascii=True).encode("ascii")
-    return len(body).to_bytes(4, "big") + body
 
 
 class ProgramRun:
@@ -98,8 +95,8 @@ class ProgramRun:
             for fd in (req_r, req_w, rep_r, rep_w, ver_w):
                 os.close(fd)
         self.inputs = {
-            self.runner.stdin: frame({"program": program, "prelude": problem.prelude, "script": problem.stdin}),
-            self.judge.stdin: frame({"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin}),
+            self.runner.stdin: wire_frame({"program": program, "prelude": problem.prelude, "script": problem.stdin}),
+            self.judge.stdin: wire_frame({"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin}),
         }
 
     @staticmethod
@@ -236,8 +233,8 @@ def parse_verdict(data: bytes) -> dict | None:
     """The judge's verdict frame as a dict with its required fields, or None (no verdict: the judge failed)."""
     try:
         size = int.from_bytes(data[:4], "big")
-        verdict = json.loads(data[4 : 4 + size].decode("ascii"))
+        verdict = wire_loads(data[4 : 4 + size].decode("ascii"))
         int(verdict["passed"]), int(verdict["asserts"]), str(verdict["kind"]), bool(verdict["all_ran"])
         return verdict
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (WireError, ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None

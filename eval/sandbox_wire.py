@@ -134,11 +134,15 @@ def wire_decode(data, ref=None, depth=0):
         raise WireError("%s: %s" % (tag, err)) from None
 
 
+def wire_frame(message):
+    """One frame of `message` (JSON-ready data): its length in 4 bytes, big-endian, then its ASCII JSON."""
+    body = wire_dumps(message).encode("ascii")
+    return len(body).to_bytes(4, "big") + body
+
+
 def wire_send(fd, message):
     """Write one frame (`message`: JSON-ready data) to descriptor `fd`."""
-    body = wire_dumps(message).encode("ascii")
-    data = len(body).to_bytes(4, "big") + body
-    view = memoryview(data)
+    view = memoryview(wire_frame(message))
     while view:
         written = _wire_os.write(fd, view)
         view = view[written:]
