@@ -1,6 +1,7 @@
 """conf/eval.yaml composed from `python -m eval.run`'s command line (Hydra overrides, the generator, judge and
-protocol choices as group overrides), the names of a run (its generator back end, its name, its run directory) and
-the building of a configured object (`build`: a generator, a judge).
+protocol choices as group overrides), the generator this machine can run (`usable_generator`: the default vLLM gives
+way to Transformers where vLLM cannot be imported), the names of a run (its generator back end, its name, its run
+directory) and the building of a configured object (`build`: a generator, a judge).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from eval.cache import safe_name
-from sarl.runtime.errors import UserError, composition_error_message
+from sarl.runtime.errors import UserError, composition_error_message, refuse_new_keys
 from sarl.runtime.files import CONF_DIR
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
@@ -20,11 +21,14 @@ log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messa
 BACKENDS = ("vllm", "openai", "transformers")  # conf/eval/generator/<name>.yaml
 GENERATOR_GROUP, JUDGE_GROUP = "eval/generator@generator", "eval/judge@judge"  # the groups in conf/eval.yaml
 PROTOCOL_GROUP = "eval/protocol@protocol"
+# the sections whose keys the code reads by name only: a key added to one (`+sampling.new_key=...`) would be ignored
+CLOSED_SECTIONS = ("sampling", "grading", "paths")
 
 
 def compose_eval_config(overrides: list[str]) -> DictConfig:
-    """conf/eval.yaml with Hydra overrides; paths made absolute. A misspelt key or an unknown option is a
-    UserError naming it."""
+    """conf/eval.yaml with Hydra overrides; paths made absolute. A misspelt key (the nearest one named), a key
+    added to a section whose keys are read by name only (CLOSED_SECTIONS) or an unknown option is a UserError
+    naming it."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -35,6 +39,7 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
             cfg = compose(config_name="eval", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
+    refuse_new_keys(overrides, cfg, CLOSED_SECTIONS)
     cfg.paths.root = str(Path(cfg.paths.root).resolve())
     return cfg
 
@@ -75,6 +80,51 @@ def group_overrides(overrides: list[str]) -> list[str]:
         else:
             out.append(override)
     return out
+
+
+def generator_chosen(overrides: list[str]) -> bool:
+    """Whether the command line chooses the generator or sets one of its keys (`generator=NAME`,
+    `generator.backend=NAME`, `generator.KEY=V`): then it is used as given, never replaced (`usable_generator`)."""
+    return any(o.partition("=")[0].lstrip("+~").split(".")[0] == "generator" for o in overrides)
+
+
+def vllm_unavailable() -> str | None:
+    """Why vLLM cannot run in this process, or None when it can: not installed (no `vllm` module to find), or its
+    import fails (a broken install: a CUDA library missing, a torch it was not built for). The import is the one
+    the vLLM generator makes next anyway, so it costs nothing extra where vLLM works."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "is not installed here"
+    try:
+        importlib.import_module("vllm")
+    except Exception as err:  # any failure of the import: the generator cannot run here
+        first = (str(err).strip().splitlines() or [""])[0]
+        return f"cannot be imported here ({type(err).__name__}: {first})"
+    return None
+
+
+def usable_generator(cfg: DictConfig, chosen: bool) -> DictConfig:
+    """`cfg` with a generator this machine can run. vLLM (the default, conf/eval/generator/vllm.yaml) that cannot
+    be imported here: when the user did not choose the generator (`chosen`, `generator_chosen`), Transformers
+    (conf/eval/generator/transformers.yaml), said in one line, so that `python -m eval.run ckpt=DIR` works on a
+    CPU-only machine; when they chose it, a UserError naming the fix. Any other generator is returned as it is."""
+    from omegaconf import OmegaConf
+
+    if generator_name(cfg) != "vllm":
+        return cfg
+    reason = vllm_unavailable()
+    if reason is None:
+        return cfg
+    if chosen:
+        raise UserError(
+            f"generator=vllm but vLLM {reason}: install the gpu extra (pip install -e '.[gpu]'), or choose "
+            "generator=transformers (CPU, slow) or generator=openai generator.url=URL (a running server)"
+        )
+    log.info("vLLM %s: generating with Transformers (generator=transformers; slow, for CPU checks)", reason)
+    cfg.generator = OmegaConf.load(CONF_DIR / "eval" / "generator" / "transformers.yaml")  # the group's option
+    return cfg
 
 
 def generator_name(cfg: DictConfig) -> str:

@@ -3,6 +3,10 @@
 Columns: data_source, prompt (chat messages), ability, reward_model {"ground_truth": str | list[str] | code tests},
 extra_info {"index", "id", ...; WildBench adds "checklist", "primary_tag", "secondary_tags", "session_id",
 "conversation"}. A malformed file is an error that names the benchmark, the row and what is wrong.
+
+A protocol may also name a benchmark file of its own (`files:` in conf/eval/protocol/<name>.yaml), e.g. the smoke
+run's held-out prompts shipped in the package: TRL prompt rows (`.jsonl`: prompt, ground_truth, data_source,
+extra_info, as sarl/smoke/make_data.py writes them), read as the same rows with `ground_truth` under `reward_model`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from eval.cache import stable_hash
 from eval.grading.gold import gold_answers
 from eval.sandbox import check_tests
 from sarl.runtime.errors import UserError
+from sarl.runtime.files import read_jsonl, resolve_path
 
 KINDS = ("math", "wildbench", "code")
 
@@ -37,8 +42,33 @@ class Problem:
         return stable_hash({"messages": self.messages, "gold": self.gold})
 
 
-def benchmark_path(data_dir: str | Path, benchmark: str) -> Path:
+def benchmark_path(data_dir: str | Path, benchmark: str, file: str | None = None) -> Path:
+    """The benchmark's file: `file` when its protocol names one (a path, or `pkg://package/path` for a file shipped
+    in a package), else the data preparation's `<data_dir>/<benchmark>/test.parquet`."""
+    if file:
+        return resolve_path(file)
     return Path(data_dir) / benchmark / "test.parquet"
+
+
+def _read_rows(path: Path, benchmark: str) -> list[dict[str, Any]]:
+    """The rows of a benchmark file in verl's layout: a parquet file as it is; TRL prompt rows (`.jsonl`) with
+    their `ground_truth` as `reward_model.ground_truth`, so that one loader checks both."""
+    if path.suffix == ".jsonl":
+        rows = read_jsonl(path, f"benchmark {benchmark!r}")
+        for n, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ValueError(f"benchmark {benchmark!r} ({path}), row {n}: not a JSON object")
+            if "reward_model" not in row:
+                row["reward_model"] = {"ground_truth": row.pop("ground_truth", None)}
+            row.setdefault("extra_info", {})
+        return rows
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    missing = {"prompt", "reward_model", "extra_info"} - set(table.column_names)
+    if missing:
+        raise ValueError(f"benchmark {benchmark!r} ({path}) lacks the columns {sorted(missing)}")
+    return table.to_pylist()
 
 
 def _messages(value: Any, where: str) -> list[dict[str, str]]:
@@ -53,9 +83,8 @@ def _messages(value: Any, where: str) -> list[dict[str, str]]:
 
 
 def load_benchmark(path: str | Path, benchmark: str, kind: str, limit: int | None = None) -> list[Problem]:
-    """The problems of one benchmark file; `limit` keeps the first N rows (quick checks)."""
-    import pyarrow.parquet as pq
-
+    """The problems of one benchmark file (verl parquet, or TRL prompt rows `.jsonl`); `limit` keeps the first N
+    rows (quick checks)."""
     if kind not in KINDS:
         raise ValueError(f"benchmark kind {kind!r} not known; choose one of: {', '.join(KINDS)}")
     path = Path(path)
@@ -64,11 +93,7 @@ def load_benchmark(path: str | Path, benchmark: str, kind: str, limit: int | Non
             f"benchmark {benchmark!r}: {path} does not exist; prepare it first "
             f"(python -m sarl.data.prepare dataset={benchmark}) or set paths.data_dir"
         )
-    table = pq.read_table(path)
-    missing = {"prompt", "reward_model", "extra_info"} - set(table.column_names)
-    if missing:
-        raise ValueError(f"benchmark {benchmark!r} ({path}) lacks the columns {sorted(missing)}")
-    rows = table.to_pylist()
+    rows = _read_rows(path, benchmark)
     if limit is not None:
         rows = rows[: int(limit)]
     problems: list[Problem] = []

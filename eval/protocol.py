@@ -6,7 +6,9 @@ A protocol file has `name`, `paper`, `sampling` (overrides of conf/eval.yaml's `
 or one sampling key with a list of values: every benchmark is run once per value, e.g. the maximum response
 lengths of Structured Reasoning Tables 2-3) and `benchmarks`, a list of groups {names, kind, n, metrics[,
 max_tokens]}. Kinds: math (answers graded by eval.grading), wildbench (judged), code (scored by running the
-benchmark's tests).
+benchmark's tests). An optional `files` maps a benchmark to its own data file (a path or `pkg://package/path`,
+eval.data): the smoke protocol's held-out prompts ship in the package, so they need no `sarl.data.prepare`; every
+other benchmark is read from `<paths.data_dir>/<name>/test.parquet`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from eval.generate import SamplingConfig
 from eval.metrics import check_metric
 from sarl.runtime.errors import UserError, check_writable_dir
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.hub import check_model_source
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,11 @@ class BenchmarkPlan:
     metrics: tuple[str, ...]
     sampling: SamplingConfig
     sweep: tuple[str, Any] | None = None  # (sampling key, value)
+    file: str | None = None  # the protocol's own data file (`files:`); None: <paths.data_dir>/<name>/test.parquet
+
+    def path(self, data_dir: str | Path) -> Path:
+        """The benchmark's data file."""
+        return benchmark_path(data_dir, self.name, self.file)
 
     @property
     def ks(self) -> list[int]:
@@ -67,6 +75,7 @@ class BenchmarkPlan:
             "metrics": list(self.metrics),
             "sampling": self.sampling.cache_identity(),
             "sweep": list(self.sweep) if self.sweep else None,
+            "file": self.file,
         }
 
 
@@ -124,6 +133,9 @@ def resolve_plan(cfg: DictConfig) -> Plan:
     if len(sweep) > 1:
         raise UserError(f"{where}: sweep names {sorted(sweep)}; a protocol sweeps one sampling key")
     sweep_values = [(key, v) for key, values in sweep.items() for v in values] or [None]
+    files = OmegaConf.to_container(p.files, resolve=True) if p.get("files") else {}
+    if not isinstance(files, dict):
+        raise UserError(f"{where}: files must map benchmark names to data files, not {files!r}")
     entries: list[BenchmarkPlan] = []
     for point in sweep_values:
         for group in p.benchmarks:
@@ -146,10 +158,14 @@ def resolve_plan(cfg: DictConfig) -> Plan:
             sampling = _sampling(cfg, where, overrides)
             for bench in group.names or []:
                 label = str(bench) if point is None else f"{bench}/{point[0]}={point[1]}"
-                entries.append(BenchmarkPlan(str(bench), label, kind, n, metrics, sampling, point))
+                file = files.get(str(bench))
+                entries.append(BenchmarkPlan(str(bench), label, kind, n, metrics, sampling, point, file))
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{where}: a benchmark is listed twice: {labels}")
+    unused = sorted(set(files) - {e.name for e in entries})
+    if unused:
+        raise UserError(f"{where}: files names {unused}, not benchmarks of the protocol")
     if cfg.get("only"):
         known = list(dict.fromkeys(e.name for e in entries))
         unknown = [b for b in cfg.only if b not in known]
@@ -161,26 +177,13 @@ def resolve_plan(cfg: DictConfig) -> Plan:
     return Plan(name, str(p.paper), tuple(entries))
 
 
-def _looks_like_path(name: str) -> bool:
-    """A local path rather than a Hub id (`org/name`) or a served model's name."""
-    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
-
-
 def check_eval_config(cfg: DictConfig) -> None:
     """Everything that can be checked before any model is loaded or any work done; a UserError names the
     first key that cannot work."""
     if OmegaConf.is_missing(cfg, "ckpt"):
         raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    ckpt = str(cfg.ckpt)
-    remote = str(cfg.generator.get("url", "auto")) != "auto"  # an OpenAI-compatible server that has the model
-    if _looks_like_path(ckpt) and not remote:
-        path = Path(ckpt).expanduser()
-        if not path.is_dir():
-            raise UserError(
-                f"ckpt={ckpt} is not a directory; give a checkpoint directory (config.json, weights, tokenizer)"
-            )
-        if not (path / "config.json").is_file():
-            raise UserError(f"ckpt={ckpt} has no config.json: not a Hugging Face checkpoint directory")
+    if str(cfg.generator.get("url", "auto")) == "auto":  # else an OpenAI-compatible server has the model by name
+        check_model_source("ckpt", str(cfg.ckpt))  # a directory, or a Hub id in the cache or on a reachable Hub
     s = cfg.sampling
     for key, value, ok, what in (
         ("sampling.n", s.n, lambda v: v >= 1, "an integer >= 1"),
@@ -207,7 +210,9 @@ def prepare_hint(name: str) -> str:
 def check_runnable(plan: Plan, data_dir: str | Path) -> None:
     """A UserError naming the first benchmark whose data is missing (and how to prepare it)."""
     for e in plan.entries:
-        path = benchmark_path(data_dir, e.name)
+        path = e.path(data_dir)
+        if e.file and not path.is_file():  # the protocol's own file: nothing to prepare
+            raise UserError(f"benchmark {e.name!r} of protocol {plan.protocol}: {e.file} ({path}) is not a file")
         if not path.exists():
             raise UserError(
                 f"benchmark {e.name!r} of protocol {plan.protocol}: {path} does not exist; prepare it first "
@@ -245,9 +250,11 @@ def format_plan(plan: Plan, data_dir: str | Path) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     kwargs = {repr(e.sampling.chat_template_kwargs) for e in plan.entries}
     lines.append(f"chat_template_kwargs: {', '.join(sorted(kwargs))}")
-    missing = [n for n in dict.fromkeys(e.name for e in plan.entries) if not benchmark_path(data_dir, n).exists()]
-    for n in missing:
-        lines.append(f"data missing: {n}: {prepare_hint(n)}")
+    shipped = {e.name: e.file for e in plan.entries if e.file}
+    lines += [f"data of {n}: {file}" for n, file in shipped.items()]
+    missing = {e.name: e for e in plan.entries if not e.path(data_dir).exists()}
+    for n, e in missing.items():
+        lines.append(f"data missing: {n}: " + (f"{e.file} does not exist" if e.file else prepare_hint(n)))
     if any(e.kind == "code" for e in plan.entries):
         lines.append("code benchmarks: each sample's last code block runs against the tests (code.sandbox)")
     return "\n".join(lines) + "\n"
@@ -274,7 +281,7 @@ def load_benchmarks(cfg: DictConfig, entries: Iterable[BenchmarkPlan]) -> list[B
     out = []
     for e in entries:
         if e.name not in problems:
-            problems[e.name] = load_benchmark(benchmark_path(cfg.paths.data_dir, e.name), e.name, e.kind, cfg.limit)
+            problems[e.name] = load_benchmark(e.path(cfg.paths.data_dir), e.name, e.kind, cfg.limit)
         out.append(Benchmark(e.name, e.kind, problems[e.name], e.n, e))
         log.info("%s (%s): %d problems x %d samples", e.label, e.kind, len(problems[e.name]), e.n)
     return out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from eval.cache import atomic_write_text
 from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES
+from sarl.runtime.errors import UserError
 
 if TYPE_CHECKING:
     from eval.data import Problem
@@ -289,15 +290,22 @@ def protocol_markdown(results: Mapping[str, Any]) -> list[str]:
 
 
 def load_base(path: str | Path | None) -> dict[str, Any] | None:
-    """A previous run's results.json (the base model) for the Δ columns, or None."""
+    """A previous run's results.json (the base model; `path` is it or its run directory) for the Δ columns, or
+    None; a UserError naming `base_results` when it cannot be read."""
     if not path:
         return None
-    path = Path(path)
+    key, path = f"base_results={path}", Path(path)
     if path.is_dir():
-        path = path / "results.json"
-    if not path.exists():
-        raise FileNotFoundError(f"base_results {path} does not exist; give the results.json of the base model's run")
-    return json.loads(path.read_text(encoding="utf-8"))
+        key, path = f"{key}: {path / 'results.json'}", path / "results.json"
+    if not path.is_file():
+        raise UserError(f"{key} does not exist; give the results.json of the base model's run (or its run directory)")
+    try:
+        base = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise UserError(f"{key} cannot be read as eval.run's results.json ({err})") from err
+    if not isinstance(base, dict):
+        raise UserError(f"{key} is not eval.run's results.json (not a JSON object)")
+    return base
 
 
 def markdown_report(results: Mapping[str, Any], base: Mapping[str, Any] | None) -> str:

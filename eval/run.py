@@ -1,7 +1,8 @@
 """Evaluate a checkpoint by a paper's protocol (conf/eval/protocol/, `eval.protocol`): by default SARL's, avg@k on
 the math benchmarks and the WildBench score (SARL Sec. 4.1, Tables 2-3, 8-9, Fig. 2a).
 
-    python -m eval.run ckpt=/path/to/checkpoint
+    python -m eval.run ckpt=/path/to/checkpoint        # vLLM; where it is not installed, Transformers (CPU)
+    python -m eval.run ckpt=runs/smoke/<run>/final protocol=smoke  # the smoke run's held-out prompts, offline
     python -m eval.run ckpt=DIR protocol=evol_rl        # or grp, structured, structured_temperature
     python -m eval.run protocol=structured dry_run=true  # the resolved plan; no checkpoint needed
     python -m eval.run ckpt=DIR base_results=runs/eval/Qwen3-4B/<date>_<time>      # the Δ% columns
@@ -30,7 +31,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from eval.cache import SampleCache, atomic_write_text, stable_hash
 from eval.code import run_code
-from eval.config import compose_eval_config, generator_name, resolve_run_dir, run_name
+from eval.config import (
+    compose_eval_config,
+    generator_chosen,
+    generator_name,
+    resolve_run_dir,
+    run_name,
+    usable_generator,
+)
 from eval.protocol import (
     check_eval_config,
     check_runnable,
@@ -42,18 +50,22 @@ from eval.protocol import (
 from eval.responses import checkpoint_cache_root, generate_all, generators
 from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_all
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
+from sarl.runtime.hub import offline_if_unreachable
 
 log = logging.getLogger("eval.run")
 
 
-def run(cfg: DictConfig) -> int:
-    """The whole evaluation; returns the exit code (0 complete, 3 incomplete)."""
+def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
+    """The whole evaluation; returns the exit code (0 complete, 3 incomplete). `explicit_generator`: whether the
+    command line chose the generator (if not, a vLLM that cannot be imported here gives way to Transformers)."""
     from eval.results import load_base, log_wandb, markdown_report, protocol_math_part, write_results
     from sarl.runtime.runs import git_commit, versions
 
+    base = load_base(cfg.base_results)  # read before anything is made: a bad one leaves nothing behind
     check_eval_config(cfg)
     plan = resolve_plan(cfg)
     check_runnable(plan, cfg.paths.data_dir)
+    cfg = usable_generator(cfg, explicit_generator)  # after the checks: a mistake stays the one line said
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
     run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
@@ -67,7 +79,6 @@ def run(cfg: DictConfig) -> int:
         meta = {"git_commit": git_commit(), "versions": versions(), "command": sys.argv, "started": started}
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=2))
         log.info("evaluating %s by protocol %s -> %s", ckpt, plan.protocol, run_dir)
-        base = load_base(cfg.base_results)
         benchmarks = load_benchmarks(cfg, plan.entries)
         root = checkpoint_cache_root(Path(cfg.cache_dir), name, ckpt)
         math_parts, wb_out, rows, caches, n_failures = [], {}, [], [], 0
@@ -137,6 +148,7 @@ def run(cfg: DictConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     logging.getLogger("eval").setLevel(logging.INFO)
+    offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
     argv = list(sys.argv[1:] if argv is None else argv)
     return exit_code(
         lambda: _run_command(argv),
@@ -154,7 +166,7 @@ def _run_command(argv: list[str]) -> int:
         from slurm.launcher import dispatch
 
         return dispatch("eval.run", argv, cfg.launcher)
-    return run(cfg)
+    return run(cfg, generator_chosen(argv))
 
 
 if __name__ == "__main__":

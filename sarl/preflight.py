@@ -28,7 +28,8 @@ from baselines.code_exec import sandbox_checks
 from sarl.backends.verl import memory as verl_memory
 from sarl.runtime import memory
 from sarl.runtime.checks import Check, raise_failed
-from sarl.runtime.errors import UserError
+from sarl.runtime.errors import report_user_errors
+from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.models import find_model_config
 
 log = logging.getLogger("sarl.preflight")
@@ -577,17 +578,14 @@ def print_table(checks: list[Check], title: str) -> None:
     Console(width=max(120, shutil.get_terminal_size().columns)).print(table)
 
 
+@report_user_errors("sarl.preflight")  # a misspelt key or option, an invalid value: one line, exit 2
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
+    offline_if_unreachable()  # a Hub that cannot be reached: the model checks read the local cache, no retries
     from sarl.launch.compose import compose_user_config
     from sarl.runtime.runs import experiment_name
 
-    overrides = list(sys.argv[1:] if argv is None else argv)
-    try:
-        cfg, choices = compose_user_config(overrides)
-    except UserError as err:  # a misspelt key or option, an invalid value
-        sys.stderr.write(f"sarl.preflight: {err}\n")
-        return 2
+    cfg, choices = compose_user_config(list(sys.argv[1:] if argv is None else argv))
     checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices)
     print_table(checks, f"preflight: {experiment_name(choices)}")
     failed = [c for c in checks if not c.ok]

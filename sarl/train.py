@@ -20,8 +20,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.launch.compose import compose_user_config
+from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.runtime.errors import UserError, debug_requested
+from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import (
     experiment_name,
     patched_environ,
@@ -254,11 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     from sarl.runtime.signals import Terminated, signals_as_exceptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
+    offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
     from sarl.launch.pipeline import split_stage_overrides
 
     overrides, stage_overrides = split_stage_overrides(list(sys.argv[1:] if argv is None else argv))
     try:
         cfg, choices = compose_user_config(overrides)
+        if not cfg.get("pipeline"):  # a pipeline checks each stage's model (sarl.launch.pipeline)
+            check_model_paths(cfg)
     except UserError as err:
         if debug_requested():
             raise

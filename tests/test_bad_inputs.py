@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -134,6 +135,8 @@ def test_score_exits_3_when_every_response_failed(inputs, tmp_path):
         (["+exp=grpo_sarl_math", "train.dry_run=maybe"], ["train.dry_run='maybe'", "true or false"]),
         (["+exp=grpo_sarl_math", "embedding_server.gpu_memory_utilization=5"], ["gpu_memory_utilization=5"]),
         (["+exp=smoke", "train.micro_batch_size_per_gpu=5"], ["micro_batch_size_per_gpu x processes = 5"]),
+        (["+exp=smoke", "train.dry_runn=true"], ["train.dry_runn: no such key; did you mean train.dry_run?"]),
+        (["+exp=smoke", "+train.dry_runn=true"], ["+train.dry_runn: no such key", "did you mean train.dry_run?"]),
     ],
 )
 def test_train_names_a_bad_override_in_one_line(overrides, words):
@@ -181,9 +184,66 @@ def test_eval_run_checks_its_settings_before_loading_anything(tmp_path):
         ([f"ckpt={ckpt}", "sampling.n=0"], ["sampling.n=0", "an integer >= 1"]),
         ([f"ckpt={ckpt}", "sampling.top_p=2"], ["sampling.top_p=2"]),
         ([f"ckpt={ckpt}", "sampling.nn=2"], ["sampling.nn"]),
+        (
+            [f"ckpt={ckpt}", "sampling.tempreature=1"],
+            ["sampling.tempreature: no such key; did you mean sampling.temperature?"],
+        ),
+        ([f"ckpt={ckpt}", "+sampling.tempreature=1"], ["+sampling.tempreature: no such key", "sampling.temperature?"]),
         ([f"ckpt={ckpt}", f"cache_dir={ckpt / 'config.json' / 'cache'}"], ["cache_dir: cannot create"]),
     ):
         assert_user_error(run_module("eval.run", f"paths.root={tmp_path}", "logger=none", *overrides), *words)
+
+
+@pytest.fixture
+def no_hub(tmp_path):
+    """The environment of a machine that cannot reach the Hub: HF_ENDPOINT at a closed loopback port, an empty
+    Hugging Face cache of the test's own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    return {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_CACHE": str(tmp_path / "hub")}
+
+
+MISSING_MODEL = [
+    "model.path=MISSING: no such directory, and not in the Hugging Face cache (",
+    "with the hub unreachable: give a local checkpoint directory or download the model first (hf download MISSING)",
+]
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["+exp=smoke", "model.path=MISSING"], MISSING_MODEL),
+        (["+exp=smoke_pipeline", "model.path=MISSING"], MISSING_MODEL),  # its first stage's model, checked first
+        (["+exp=smoke", "model.tokenizer_path=org/tok"], ["model.tokenizer_path=org/tok: no such directory"]),
+        (["+exp=smoke", "model.path=./no/such/checkpoint"], ["model.path=./no/such/checkpoint is not a directory"]),
+    ],
+)
+def test_train_refuses_a_model_it_cannot_load_before_writing_anything(tmp_path, no_hub, overrides, words):
+    proc = run_module("sarl.train", *overrides, f"paths.root={tmp_path}", env=no_hub)
+    assert_user_error(proc, *words)
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_eval_run_refuses_a_checkpoint_it_cannot_load_before_making_its_run_directory(tmp_path, no_hub):
+    proc = run_module("eval.run", "ckpt=MISSING", "generator=transformers", f"paths.root={tmp_path}", env=no_hub)
+    assert_user_error(proc, f"ckpt=MISSING: no such directory, and not in the Hugging Face cache ({tmp_path / 'hub'})")
+    assert "with the hub unreachable: give a local checkpoint directory or download the model first" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_eval_run_names_base_results_that_cannot_be_read(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    for base, words in (
+        (tmp_path / "base.json", [f"base_results={tmp_path / 'base.json'} does not exist", "results.json"]),
+        (ckpt, [f"base_results={ckpt}: {ckpt / 'results.json'} does not exist"]),
+    ):
+        proc = run_module("eval.run", f"ckpt={ckpt}", f"base_results={base}", f"paths.root={tmp_path}", "logger=none")
+        assert_user_error(proc, *words)
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
 
 
 def test_slurm_launcher_without_slurm_says_so(tmp_path):

@@ -1,19 +1,21 @@
 """CONTRIBUTING.md's "Add a reward" holds: a toy reward written as its four steps say, in a temporary copy of the
 registry (`conf/` and a `baselines/` folder on the package's path), composes into the smoke row, passes the reward
-contract and its own test, and the row's dry run names it. Nothing else had to be touched: the four files are
-all this test writes."""
+contract and its own test, the row's dry run names it, and `python -m sarl.score` scores a file with it. Nothing else
+had to be touched: the four files are all this test writes."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from testkit import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,3 +116,34 @@ def test_a_toy_reward_added_by_the_four_steps_composes_and_runs(registry_copy, m
     with contextlib.redirect_stdout(stdout):
         code = main(["+exp=smoke", "reward=toy_brevity", "train.dry_run=true", f"run_dir={registry_copy / 'run'}"])
     assert code == 0 and "baselines.toy_brevity.ToyBrevity" in stdout.getvalue()
+
+
+# `python -m sarl.score` in a child process that sees the registry copy: its `baselines/` folder on the package's
+# path (the first argument) and its `conf/` as the primary config directory (`--config-path`).
+SCORE_WITH_COPY = """import sys
+import baselines
+baselines.__path__.append(sys.argv.pop(1))
+from sarl.score import main
+main()
+"""
+
+
+def test_sarl_score_scores_a_file_with_the_toy_reward(registry_copy):
+    src = registry_copy / "responses.jsonl"
+    src.write_text('{"id": "short", "response": "a b"}\n{"id": "empty", "response": ""}\n')
+    out = registry_copy / "scores.jsonl"
+    proc = run_python(
+        "-c",
+        SCORE_WITH_COPY,
+        registry_copy / "baselines",
+        f"--config-path={registry_copy / 'conf'}",
+        f"input={src}",
+        "reward=toy_brevity",
+        f"output={out}",
+        f"hydra.run.dir={registry_copy / 'score'}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    short, empty = (json.loads(line) for line in out.read_text().splitlines())
+    assert short == {"id": "short", "score": pytest.approx(0.98), "words": 2.0, "failed": None}
+    assert empty == {"id": "empty", "score": 0.0, "words": None, "failed": "empty response"}
+    assert "ToyBrevity" in proc.stdout

@@ -9,7 +9,8 @@
 - `smoke_small`, `HELDOUT_SMALL`: the overrides that shrink the smoke run (`+exp=smoke`) for a test;
   `bench_config`: conf/bench.yaml composed.
 - `run_python`, `run_module`: `python <script>`, `python -m <module>` in a child process, as a user runs them
-  from the checkout; `train_dry_run`: `python -m sarl.train` with `train.dry_run=true`.
+  from the checkout; `train_dry_run`: `python -m sarl.train` with `train.dry_run=true`; `without_vllm`: the
+  environment of a child process that cannot import vLLM (a CPU-only machine).
 - `LoopbackServer`: a threading server on 127.0.0.1 in a daemon thread, what every fake endpoint runs on (an HTTP
   one with a `JSONHandler`, or a raw TCP one with a socketserver handler, as `ClosingServer`, which counts the
   connections it accepts and closes at once: fixture `closing_server`); `closing_all`: the body of a fixture
@@ -235,6 +236,15 @@ def run_python(
 def run_module(module: str, *args: object, **how: Any) -> subprocess.CompletedProcess[str]:
     """`python -m <module> <args>` as `run_python` runs it."""
     return run_python("-m", module, *args, **how)
+
+
+def without_vllm(where: Path) -> dict[str, str]:
+    """The environment of a child process in which vLLM is not installed, whether or not this one has it: a
+    `sitecustomize.py` written into `where` (put first on PYTHONPATH) sets `sys.modules["vllm"] = None`, Python's
+    own way to block a module, so that `import vllm` fails and `importlib.util.find_spec("vllm")` is None."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "sitecustomize.py").write_text('import sys\n\nsys.modules["vllm"] = None  # as if not installed\n')
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH")) if p)}
 
 
 def train_dry_run(*overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,18 +1,25 @@
 """The training config: conf/train.yaml composed with Hydra's compose API and checked.
 
 `compose_train_config` is what the tests and tools use; `compose_user_config` is the same for a command line
-(a misspelt key, an unknown option or an invalid value is a UserError naming it).
+(a misspelt key, an unknown option or an invalid value is a UserError naming it); `check_model_paths` checks,
+before anything is built or written, that the model the run names can be had here.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from sarl.runtime.errors import UserError, composition_error_message
+from sarl.runtime.errors import UserError, composition_error_message, refuse_new_keys
 from sarl.runtime.files import CONF_DIR
+
+log = logging.getLogger("sarl.train")  # a part of `python -m sarl.train`: its messages keep that name
+
+# the sections whose keys the code reads by name only: a key added to one (`+train.new_key=...`) would be ignored
+CLOSED_SECTIONS = ("train", "paths", "format_check")
 
 
 def compose_train_config(overrides: list[str]) -> tuple[DictConfig, dict[str, Any]]:
@@ -25,8 +32,9 @@ def compose_train_config(overrides: list[str]) -> tuple[DictConfig, dict[str, An
 
 
 def compose_user_config(overrides: list[str], named: list[str] | None = None) -> tuple[DictConfig, dict[str, Any]]:
-    """`compose_train_config` for a command line: a misspelt key, an unknown option or an invalid value is a
-    UserError naming it (Hydra's message, first lines), checked before anything runs.
+    """`compose_train_config` for a command line: a misspelt key (the nearest one named), a key added to a section
+    whose keys are read by name only (CLOSED_SECTIONS), an unknown option or an invalid value is a UserError naming
+    it, checked before anything runs.
 
     With `backend=verl_cpu` the row is composed a second time, made small for the CPU
     (`sarl.backends.verl.cpu.cpu_overrides`), leaving alone every key in `named` (what the command line names;
@@ -43,8 +51,24 @@ def compose_user_config(overrides: list[str], named: list[str] | None = None) ->
             cfg, choices = compose_train_config(merged_overrides(overrides, extra))
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
+    refuse_new_keys(overrides if named is None else named, cfg, CLOSED_SECTIONS)
     validate_train_values(cfg)
     return cfg, choices
+
+
+def check_model_paths(cfg: DictConfig) -> None:
+    """model.path and model.tokenizer_path (when set) name a model this machine can load: a checkpoint directory,
+    or a Hub id in the local Hugging Face cache or on a Hub that can be reached (sarl.runtime.hub); else a
+    UserError, before anything is built or written. A dry run loads nothing: a Hub id it could not fetch now is
+    one line of note."""
+    from sarl.runtime.hub import check_model_source
+
+    for key, filename in (("path", "config.json"), ("tokenizer_path", "tokenizer_config.json")):
+        value = cfg.model.get(key)
+        if value:
+            note = check_model_source(f"model.{key}", str(value), filename, dry_run=bool(cfg.train.dry_run))
+            if note:
+                log.info("%s", note)
 
 
 # key -> (predicate, what it must be); checked where the config is read, before any model is loaded

@@ -155,7 +155,7 @@ def run_pipeline(
     """Run the stages of `cfg.pipeline` in order under `run_dir` (module docstring) with `run_stage` (sarl.train's
     `run(cfg, choices, overrides)`, passed in so that this module does not import the entry point); the first
     failing stage's exit code ends the pipeline."""
-    from sarl.launch.compose import compose_user_config
+    from sarl.launch.compose import check_model_paths, compose_user_config
 
     stages = stages_of(cfg)
     unknown = sorted(set(per_stage) - {s["name"] for s in stages})
@@ -168,8 +168,6 @@ def run_pipeline(
     user = [o for o in common if not o.startswith(("run_dir=", "pipeline="))]
     dry_run = bool(cfg.train.dry_run)
     checkpoints: dict[str, Path] = {}
-    if not dry_run:
-        run_dir.mkdir(parents=True, exist_ok=True)
     for stage in stages:
         name, stage_dir = stage["name"], run_dir / stage["name"]
         overrides = [*user, *stage["overrides"], *per_stage.get(name, []), "pipeline=null", f"run_dir={stage_dir}"]
@@ -177,6 +175,8 @@ def run_pipeline(
             start = checkpoints[stage["init_from"]]
             overrides += [f"model.path={start}", f"model.tokenizer_path={start}"]
         stage_cfg, choices = compose_user_config(overrides, named=[*user, *per_stage.get(name, [])])
+        if not stage["init_from"]:  # the checkpoint of an earlier stage is this pipeline's own (planned in a dry run)
+            check_model_paths(stage_cfg)
         choices = {**choices, "exp": f"{experiment}/{name}"}
         done = finished(stage_dir)
         if done is not None and not dry_run:
@@ -184,6 +184,8 @@ def run_pipeline(
             checkpoints[name] = done
             continue
         log.info("stage %s: %s", name, " ".join(overrides))
+        if not dry_run:  # made once a stage is about to run: a stage refused before leaves nothing behind
+            run_dir.mkdir(parents=True, exist_ok=True)
         rc = run_stage(stage_cfg, choices, overrides)
         if rc != 0:
             log.error("stage %s ended with exit code %d: the pipeline stops (rerun with run_dir=%s)", name, rc, run_dir)

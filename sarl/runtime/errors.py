@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, Callable
 EXIT_USER_ERROR = 2
 EXIT_INCOMPLETE = 3  # a command that finished with some items failed for good; a rerun resumes them
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+OVERRIDDEN_KEY = re.compile(r"Could not override '([^']+)'")  # Hydra's error for a key the config does not have
 
 
 class UserError(ValueError):
@@ -21,8 +23,12 @@ class UserError(ValueError):
 
 
 def composition_error_message(err: Exception) -> str:
-    """Hydra's or OmegaConf's composition error in one line: its first two lines, or for an unknown option the
-    line naming it followed by the valid options."""
+    """Hydra's or OmegaConf's composition error in one line: for an override of a key the config does not have,
+    the nearest key (Hydra's advice, `+key=value`, would add a key that nothing reads); for an unknown option the
+    line naming it followed by the valid options; else its first two lines."""
+    unknown = _unknown_key(err)
+    if unknown is not None:
+        return unknown
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     search = next((i for i, line in enumerate(lines) if line.startswith("Config search path")), None)
     lines = lines[:search]  # Hydra's search path (its own config providers) adds nothing for the user
@@ -30,6 +36,53 @@ def composition_error_message(err: Exception) -> str:
     if head is not None:  # an unknown option: name the valid ones on the same line
         return " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
     return " ".join(lines[:2]) or type(err).__name__
+
+
+def _unknown_key(err: Exception) -> str | None:
+    """`KEY: no such key; did you mean NEAREST?` for Hydra's "Could not override 'KEY'" on a key the config lacks
+    (OmegaConf's key error, whose node leads to the composed config); None for any other error."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause, found = err.__cause__, OVERRIDDEN_KEY.search(str(err))
+    node = getattr(cause, "parent_node", None)
+    if found is None or node is None or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return None
+    return f"{found.group(1)}: no such key; {did_you_mean(found.group(1), node._get_root())}"
+
+
+def did_you_mean(key: str, cfg: Any) -> str:
+    """`did you mean PATH?` with the key path of `cfg` (a DictConfig) nearest to `key` (difflib), Hydra's own
+    `hydra.` keys left out unless `key` is one of them; or what to do when none is near."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    paths = [p for p in _key_paths(OmegaConf.to_container(cfg, resolve=False)) if p != key]
+    if not key.startswith("hydra."):
+        paths = [p for p in paths if p.split(".")[0] != "hydra"]
+    near = difflib.get_close_matches(key, paths, n=1)
+    return f"did you mean {near[0]}?" if near else "no key is near it: check the spelling against conf/"
+
+
+def _key_paths(node: Any, prefix: str = "") -> list[str]:
+    """Every key path of a nested dict (`a`, `a.b`, ...); lists are leaves."""
+    out = []
+    for key, value in node.items() if isinstance(node, dict) else ():
+        out.append(f"{prefix}{key}")
+        out += _key_paths(value, f"{prefix}{key}.")
+    return out
+
+
+def refuse_new_keys(overrides: list[str], cfg: Any, closed: tuple[str, ...]) -> None:
+    """A UserError for an override `+SECTION.KEY=value` that adds a key to one of the `closed` sections of the
+    composed `cfg`, whose keys the code reads by name only: the new key would be ignored (a misspelt key that
+    Hydra's advice, add a +, lets through). Keys below an existing key (a free-form mapping) are not refused."""
+    for override in overrides:
+        key = override.partition("=")[0]
+        section, dot, name = key.removeprefix("+").partition(".")
+        if key.startswith("+") and not key.startswith("++") and section in closed and dot and "." not in name:
+            why = f"no such key, and a new one under {section} is read by nothing"
+            raise UserError(f"{key}: {why}; {did_you_mean(key[1:], cfg)}")
 
 
 def debug_requested() -> bool:

@@ -10,11 +10,13 @@ from testkit import run_module
 
 from eval import run as eval_run
 from eval.config import compose_eval_config
+from eval.data import load_benchmark
 from eval.generate import sample_seed
-from eval.protocol import resolve_plan, sampling_config
+from eval.protocol import check_runnable, resolve_plan, sampling_config
+from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
 
-PROTOCOLS = ("sarl", "evol_rl", "grp", "structured", "structured_temperature")
+PROTOCOLS = ("sarl", "evol_rl", "grp", "structured", "structured_temperature", "smoke")
 
 
 def plan_of(protocol, *overrides):
@@ -99,6 +101,47 @@ def test_structured_temperature_table():
     assert {e.sampling.max_tokens for e in plan.entries} == {8192} and {e.seeds for e in plan.entries} == {3}
 
 
+def test_smoke_asks_the_shipped_heldout_prompts_as_the_smoke_run_trained_and_samples(tmp_path):
+    """protocol=smoke: avg@4 on the smoke run's 64 held-out prompts read from the package (no data preparation), each
+    row's own messages (the training format: no system prompt, no suffix, no chat_template_kwargs) and gold, sampled
+    as the run's held-out report samples them (conf/exp/smoke.yaml `heldout:`)."""
+    from eval.grading.gold import gold_answers
+    from eval.protocol import load_benchmarks
+    from sarl.launch.compose import compose_train_config
+    from sarl.runtime.files import read_jsonl, resolve_path
+
+    cfg = compose_eval_config(["ckpt=x", "protocol=smoke", f"paths.data_dir={tmp_path / 'none'}"])
+    plan = resolve_plan(cfg)
+    (e,) = plan.entries
+    assert (e.name, e.kind, e.n, e.metrics, e.ks) == ("smoke_heldout", "math", 4, ("avg@k",), [4])
+    smoke, _ = compose_train_config(["+exp=smoke"])
+    heldout = smoke.heldout
+    assert e.file == heldout.files == smoke.data.trl_val_files == "pkg://sarl.smoke/data/heldout.trl.jsonl"
+    s = e.sampling
+    assert (s.temperature, s.top_p, s.top_k) == (heldout.temperature, heldout.top_p, None)  # report: top_k=0, none
+    assert s.max_tokens == heldout.max_new_tokens == smoke.data.max_response_length
+    assert s.chat_template_kwargs == {}
+    check_runnable(plan, cfg.paths.data_dir)  # no prepared data needed
+    (bench,) = load_benchmarks(cfg, plan.entries)
+    rows = read_jsonl(resolve_path(e.file), "held-out prompts")
+    assert len(rows) == len(bench.problems) == 64 and len({p.id for p in bench.problems}) == 64
+    assert [p.messages for p in bench.problems] == [r["prompt"] for r in rows]
+    assert [p.gold for p in bench.problems] == [gold_answers(r["ground_truth"]) for r in rows]
+    assert len(load_benchmarks(compose_eval_config(["protocol=smoke", "limit=4"]), plan.entries)[0].problems) == 4
+
+
+def test_a_protocol_file_names_only_its_own_benchmarks(tmp_path):
+    with pytest.raises(UserError, match=r"files names \['aime25'\], not benchmarks of the protocol"):
+        plan_of("smoke", "+protocol.files.aime25=/data/aime25.parquet")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "ground_truth": "2"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"benchmark 'mine' \(.*bad.jsonl\), row 1: not a JSON object"):
+        load_benchmark(bad, "mine", "math")
+    missing = plan_of("smoke", f"protocol.files.smoke_heldout={tmp_path / 'gone.jsonl'}")
+    with pytest.raises(UserError, match=r"benchmark 'smoke_heldout' of protocol smoke: .*gone.jsonl .* is not a file"):
+        check_runnable(missing, tmp_path)
+
+
 def test_every_reported_paper_table_reads_benchmarks_its_protocol_evaluates():
     """notebooks/reported/<table>.yaml (the papers' tables the notebooks rebuild): each names a protocol, and every
     column at every sweep value it prints (or the one it reads, `at`) is a label of that protocol's plan."""
@@ -135,7 +178,10 @@ def test_dry_run_prints_the_plan_without_a_checkpoint(protocol, tmp_path):
     assert "benchmark" in out and "max_tokens" in out and "seeds" in out and "top_p" in out
     for e in plan_of(protocol).entries:
         assert f"\n{e.label} " in out
-        assert f"data missing: {e.name}: python -m sarl.data.prepare dataset={e.name}" in out
+        if e.file:  # shipped in the package (protocol smoke): nothing to prepare
+            assert f"data of {e.name}: {e.file}\n" in out and f"data missing: {e.name}" not in out
+        else:
+            assert f"data missing: {e.name}: python -m sarl.data.prepare dataset={e.name}" in out
     if protocol == "grp":
         assert "dataset=gsm8k\n" in out  # conf/data/gsm8k.yaml exists: no "not written yet"
         assert "code benchmarks: each sample's last code block runs against the tests (code.sandbox)" in out
@@ -146,7 +192,7 @@ def test_user_errors_are_one_line(tmp_path, caplog):
     args = ["ckpt=x", "generator=openai", "generator.url=http://127.0.0.1:9/v1", f"paths.data_dir={data}"]
     args += [f"paths.root={tmp_path}", "logger=none"]
     assert eval_run.main([*args, "protocol=nope"]) == 2
-    assert "protocol='nope'; choose one of: evol_rl, grp, sarl, structured, structured_temperature" in caplog.text
+    assert f"protocol='nope'; choose one of: {', '.join(sorted(PROTOCOLS))}" in caplog.text
     caplog.clear()
     assert eval_run.main([*args, "protocol=evol_rl"]) == 2
     assert (

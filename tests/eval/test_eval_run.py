@@ -425,6 +425,15 @@ def test_generator_and_judge_are_config_groups_and_the_former_keys_still_work():
         compose_eval_config(["ckpt=x", "generator=tgi"])
 
 
+def test_a_key_added_to_sampling_is_refused_and_one_added_to_its_free_form_mapping_stays():
+    """`+sampling.tempreature=1` adds a key nothing reads (Hydra's advice for a misspelt key): refused with the
+    nearest key; the chat template's arguments (`sampling.chat_template_kwargs`) are free-form."""
+    with pytest.raises(UserError, match=r"^\+sampling.tempreature: .*; did you mean sampling.temperature\?$"):
+        compose_eval_config(["ckpt=x", "+sampling.tempreature=1"])
+    cfg = compose_eval_config(["ckpt=x", "+sampling.chat_template_kwargs.reasoning_effort=low"])
+    assert cfg.sampling.chat_template_kwargs.reasoning_effort == "low"
+
+
 def test_the_judge_is_built_from_its_group(monkeypatch):
     from hydra.utils import instantiate
 

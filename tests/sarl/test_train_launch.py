@@ -175,7 +175,7 @@ def test_a_real_run_stops_before_launch_on_missing_data(tmp_path, caplog):
         import sarl.backends.verl.main  # noqa: F401
     except ImportError:
         pytest.skip("verl's V1 trainer stack is not importable here")
-    assert main(["+exp=grpo_sarl_math", f"paths.root={tmp_path}"]) == 2
+    assert main(["+exp=grpo_sarl_math", f"paths.root={tmp_path}", f"model.path={MODELS / 'qwen3_4b'}"]) == 2
     assert "data.train_files" in caplog.text and "python -m sarl.data.prepare dataset=aime_1983_2024" in caplog.text
     assert not (tmp_path / "runs").exists()
 

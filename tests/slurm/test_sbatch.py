@@ -81,6 +81,19 @@ def test_outside_a_slurm_job_the_node_entry_point_says_so(caplog):
     assert "SLURM_JOB_ID is not set" in caplog.text
 
 
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_run_outside_slurm_says_to_submit_it(name, tmp_path):
+    """`bash slurm/sbatch/NAME` instead of `sbatch ...`: one line saying how to submit it, exit 2, nothing run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(
+        ["bash", str(SBATCH / name), "+exp=smoke"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"{name}: not inside a SLURM job (SLURM_JOB_ID is unset): submit it with `sbatch ")
+    assert "launcher=slurm_h100" in line and not any(tmp_path.iterdir())
+
+
 @pytest.fixture
 def fake_python(tmp_path, monkeypatch):
     """The job's interpreter replaced by a script that records its arguments and ends at once."""

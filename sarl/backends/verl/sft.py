@@ -256,19 +256,31 @@ def sft_traces(cfg: DictConfig) -> tuple[Path, list[dict]]:
     return path, sft_rows(path)
 
 
-def check_enough_traces(cfg: DictConfig) -> None:
+def check_enough_traces(cfg: DictConfig, experiment: str) -> None:
     """Refuse a set of fewer traces than `train.train_batch_size`. verl's loader gives each data-parallel rank
     floor(N / ranks) traces and batches them by train_batch_size / ranks, both with drop_last (verl 0.9.1
     trainer/sft_trainer.py:236-252): floor(N / train_batch_size) steps per epoch. With none, verl sets zero steps
-    per epoch (:187) and divides by them (:341): a ZeroDivisionError."""
+    per epoch (:187) and divides by them (:341): a ZeroDivisionError. A dry run plans with the stage's own batch
+    and says in one line what a real run needs (the shipped sample sets are smaller than a paper's batch).
+    `experiment` is `ROW/STAGE` inside a pipeline: the fixes named are then that stage's overrides."""
     path, rows = sft_traces(cfg)
     batch = int(cfg.train.train_batch_size)
-    if len(rows) < batch:
-        raise UserError(
-            f"data.sft_files={path} holds {len(rows)} traces, fewer than train.train_batch_size={batch} (traces per "
-            "SFT step): verl's SFT trainer drops an incomplete batch, so no step would run; set "
-            f"train.train_batch_size to at most {len(rows)} or give a larger set with data.sft_files="
-        )
+    if len(rows) >= batch:
+        return
+    stage = experiment.partition("/")[2]
+    key = f"{stage}:" if stage else ""
+    ranks = int(cfg.train.n_gpus_per_node) * int(cfg.train.nnodes)
+    smaller = len(rows) // ranks * ranks  # the batch must split evenly over the data-parallel ranks
+    fixes = [f"give a set of at least {batch} traces with {key}data.sft_files=FILE"]
+    if smaller:
+        fixes.append(f"set {key}train.train_batch_size={smaller} (a multiple of the {ranks} ranks)")
+    problem = (
+        f"data.sft_files={path} holds {len(rows)} traces, fewer than train.train_batch_size={batch} (traces per "
+        f"SFT step): verl's SFT trainer drops an incomplete batch, so no step would run; {' or '.join(fixes)}"
+    )
+    if not cfg.train.dry_run:
+        raise UserError(problem)
+    log.warning("dry run only: %s", problem)
 
 
 def write_sft_parquet(cfg: DictConfig, run_dir: Path) -> Path:
@@ -324,7 +336,7 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     from sarl.runtime.runs import run_record, wandb_record
     from sarl.runtime.signals import run_in_own_group
 
-    check_enough_traces(cfg)
+    check_enough_traces(cfg, experiment)
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
     validate_verl_sft_config(config)
     cmd = sft_launch_command(cfg, run_dir)

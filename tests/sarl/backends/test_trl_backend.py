@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testkit import HELDOUT_SMALL, smoke_small
+from testkit import HELDOUT_SMALL, run_module, smoke_small, without_vllm
 
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
@@ -323,8 +323,17 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(policy_cache, tmp_p
     assert steps == [1, 2, 3, 4, 5]
 
 
+@pytest.fixture(scope="module")
+def smoke_final(policy_cache, tmp_path_factory) -> Path:
+    """The `final/` checkpoint of one short smoke run (`+exp=smoke`, 2 steps), trained once for the tests that
+    evaluate what the smoke run saves."""
+    root = tmp_path_factory.mktemp("smoke_final")
+    assert main(smoke(root, policy_cache, *FAST)) == 0
+    return only_run_dir(root) / "final"
+
+
 @pytest.mark.slow
-def test_prepared_data_trained_smoke_checkpoint_is_evaluated_by_eval_run(policy_cache, tmp_path):
+def test_prepared_data_trained_smoke_checkpoint_is_evaluated_by_eval_run(smoke_final, tmp_path):
     """The whole loop on CPU: sarl.data.prepare builds a benchmark from shipped real rows, the smoke run
     trains, and eval.run (transformers back end) scores the saved checkpoint on that benchmark."""
     from eval.run import main as eval_main
@@ -346,8 +355,7 @@ def test_prepared_data_trained_smoke_checkpoint_is_evaluated_by_eval_run(policy_
     )
     assert prep.returncode == 0, prep.stderr[-2000:]
     assert (tmp_path / "data" / "aime25" / "test.parquet").exists()
-    assert main(smoke(tmp_path, policy_cache, *FAST)) == 0
-    final = only_run_dir(tmp_path) / "final"
+    final = smoke_final
     rc = eval_main(
         [
             f"ckpt={final}",
@@ -370,3 +378,23 @@ def test_prepared_data_trained_smoke_checkpoint_is_evaluated_by_eval_run(policy_
     assert 0.0 <= bench["avg_at_k"] <= 100.0
     problems = [json.loads(line) for line in (results.parent / "problems.jsonl").read_text().splitlines()]
     assert len(problems) == 3 and all(len(p["samples"]) == 2 for p in problems)
+
+
+@pytest.mark.slow
+def test_readme_route_scores_the_smoke_checkpoint_offline_where_vllm_is_not_installed(smoke_final, tmp_path):
+    """README's command on what `make main` saves, on a CPU-only machine: `python -m eval.run ckpt=<run>/final
+    protocol=smoke` with vLLM not importable says in one line that it generates with Transformers, and scores the
+    held-out prompts shipped in the package: no sarl.data.prepare, no Hub (HF_HUB_OFFLINE), no judge."""
+    run = tmp_path / "eval"
+    args = [f"ckpt={smoke_final}", "protocol=smoke", "limit=4", "protocol.benchmarks.0.n=2"]  # 4 prompts x 2
+    here = [f"paths.root={tmp_path}", f"run_dir={run}", "logger=none"]
+    proc = run_module("eval.run", *args, *here, env=without_vllm(tmp_path / "site"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fallback = [line for line in proc.stderr.splitlines() if "generating with Transformers" in line]
+    assert len(fallback) == 1 and "vLLM is not installed here: generating with Transformers" in fallback[0]
+    results = json.loads((run / "results.json").read_text())
+    assert results["complete"] and results["run"]["backend"] == "transformers" and results["run"]["limit"] == 4
+    bench = results["math"]["benchmarks"]["smoke_heldout"]
+    assert bench["k"] == 2 and 0.0 <= bench["avg_at_k"] / 100 <= 1.0  # accuracy, reported in percent
+    problems = [json.loads(line) for line in (run / "problems.jsonl").read_text().splitlines()]
+    assert len(problems) == 4 and all(len(p["samples"]) == 2 for p in problems)

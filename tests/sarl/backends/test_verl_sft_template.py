@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from testkit import stage_overrides, train_dry_run
+from testkit import run_module, stage_overrides, train_dry_run
 
 from sarl.launch.compose import compose_train_config
 from sarl.runtime.errors import UserError
@@ -162,23 +162,34 @@ def test_verls_loader_gives_floor_of_traces_over_batch_steps(n_ranks):
             assert len(loader) == n // batch, (n, batch, n_ranks)
 
 
-def test_fewer_traces_than_a_batch_are_refused_naming_file_count_and_batch(tmp_path):
+def test_fewer_traces_than_a_batch_are_refused_naming_file_count_batch_and_fixes_that_work():
     from sarl.backends.verl.sft import check_enough_traces
 
     base = ["+exp=smoke", "algorithm=sft", "data=sft_grp_math", f"data.sft_files={SFT_FIXTURE}", "backend=verl"]
-    cfg, _ = compose_train_config([*base, "train.train_batch_size=6"])
-    check_enough_traces(cfg)  # 6 traces, one step
-    cfg, _ = compose_train_config([*base, "train.train_batch_size=8"])
+    cfg, _ = compose_train_config([*base, "train.train_batch_size=6", "train.n_gpus_per_node=1"])
+    check_enough_traces(cfg, "smoke")  # 6 traces, one step
+    cfg, _ = compose_train_config([*base, "train.train_batch_size=8", "train.n_gpus_per_node=4"])
     with pytest.raises(UserError) as err:
-        check_enough_traces(cfg)
+        check_enough_traces(cfg, "smoke")
     message = str(err.value)
     assert f"data.sft_files={SFT_FIXTURE} holds 6 traces, fewer than train.train_batch_size=8" in message
-    assert "set train.train_batch_size to at most 6" in message and "\n" not in message
+    # the smaller batch named splits evenly over the 4 ranks (verl_sft_values refuses one that does not)
+    assert "at least 8 traces with data.sft_files=FILE or set train.train_batch_size=4 (a multiple of the 4 ranks)" in (
+        message
+    )
+    assert "\n" not in message
+    # in a pipeline the fixes are the stage's own overrides (a plain override loses to the stage's value); with 8
+    # ranks and 6 traces no batch fits, so only a larger set is named
+    cfg, _ = compose_train_config([*base, "train.train_batch_size=64", "train.n_gpus_per_node=8"])
+    with pytest.raises(UserError) as err:
+        check_enough_traces(cfg, "grp_math_paper/sft")
+    assert str(err.value).endswith("no step would run; give a set of at least 64 traces with sft:data.sft_files=FILE")
 
 
-def test_the_dry_run_stops_with_exit_2_and_one_line(tmp_path, chat_policy_dir):
+def test_a_real_run_stops_with_exit_2_and_one_line_and_a_dry_run_plans_the_paper_row(tmp_path, chat_policy_dir):
     common = [f"paths.root={tmp_path}", f"run_dir={tmp_path / 'r'}"]
-    proc = train_dry_run(
+    proc = run_module(
+        "sarl.train",
         "+exp=smoke",
         "algorithm=sft",
         "data=sft_grp_math",
@@ -194,9 +205,12 @@ def test_the_dry_run_stops_with_exit_2_and_one_line(tmp_path, chat_policy_dir):
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert f"{SFT_FIXTURE} holds 6 traces, fewer than train.train_batch_size=8" in err
 
-    # the GRP row's SFT stage (64 traces per step) on the handful of traces shipped with the package
+    # the GRP row's SFT stage (64 traces per step) on the handful of traces shipped with the package: the dry run
+    # plans both stages with the row's own settings and says what a real run needs
     proc = train_dry_run("+exp=grp_math_paper", *common)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    stage, err = proc.stderr.strip().splitlines()  # the pipeline's line naming the stage, then the error
-    assert "stage sft:" in stage and "Traceback" not in proc.stderr
-    assert "grp_math.jsonl holds 6 traces, fewer than train.train_batch_size=64" in err
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "dry run only:" in line]
+    assert len(warning) == 1 and "grp_math.jsonl holds 6 traces, fewer than train.train_batch_size=64" in warning[0]
+    assert warning[0].endswith("give a set of at least 64 traces with sft:data.sft_files=FILE")
+    assert "stage rl:" in proc.stderr and "train_batch_size: 64" in proc.stdout

@@ -174,11 +174,16 @@ def verl_values(cfg: DictConfig) -> dict[str, Any]:
         "critic.ppo_max_token_len_per_gpu": budget,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "data.dataloader_num_workers": 0,  # 8 loader processes for 64 prompts cost memory and die noisily at exit
+        # one agent-loop process, not verl's 8: each is a Ray actor that imports torch and verl (about 10 s of CPU on
+        # this machine) and one serves the 16 rollouts of a step as well as 8 do
+        "actor_rollout_ref.rollout.agent.num_workers": 1,
     }
     return values
 
 
-RAY_INIT = {"num_cpus": 16, "num_gpus": 1}  # logical: see the module docstring
+# num_cpus, num_gpus: logical (module docstring); no dashboard: its nine head processes and their imports cost a CPU
+# run seconds of both cores at start-up, and nothing reads it
+RAY_INIT = {"num_cpus": 16, "num_gpus": 1, "include_dashboard": False}
 
 
 def process_env(run_dir: Path) -> dict[str, str]:
@@ -229,7 +234,7 @@ def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
 
 
 def with_cpu_settings(verl_cfg: DictConfig) -> DictConfig:
-    """Ray's logical resources (not in verl's schema: the key is opened for them)."""
+    """Ray's logical resources and no dashboard (RAY_INIT; not in verl's schema: the keys are opened for them)."""
     from omegaconf import open_dict, read_write
 
     ray_init = verl_cfg.ray_kwargs.ray_init

@@ -1,0 +1,125 @@
+"""The Hugging Face Hub from this machine: whether it can be reached, offline mode when it cannot (so that neither a
+command nor its child processes spend minutes on retries), and whether a model a command names can be had here.
+
+`offline_if_unreachable()` runs first in `sarl.train`, `eval.run` and `sarl.preflight`: one TCP connection to the
+Hub's host (HF_ENDPOINT, else huggingface.co:443), tried once per process; when it does not open, HF_HUB_OFFLINE=1
+and TRANSFORMERS_OFFLINE=1 are set (inherited by every child) unless the user set either. `check_model_source`
+refuses, before anything is built or written, a model that is neither a local checkpoint directory nor a Hub id in
+the local cache or on a Hub that can be reached.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sarl.runtime.errors import UserError
+
+log = logging.getLogger("sarl.runtime.hub")
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE = ("1", "on", "yes", "true")
+
+
+def hub_address() -> tuple[str, int]:
+    """(host, port) of the Hub this process would download from: HF_ENDPOINT's, else huggingface.co:443."""
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to the Hub's host (`hub_address`) opens within `timeout_s`, name lookup included
+    (a resolver that hangs counts as unreachable); asked once per process and address."""
+    return _connects(*hub_address(), timeout_s)
+
+
+@functools.cache
+def _connects(host: str, port: int, timeout_s: float) -> bool:
+    opened: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                opened.append(True)
+        except OSError:
+            pass
+
+    probe = threading.Thread(target=connect, daemon=True)  # getaddrinfo has no timeout of its own
+    probe.start()
+    probe.join(timeout_s)
+    return bool(opened)
+
+
+def offline_requested() -> bool:
+    """Whether the environment puts the Hub libraries offline (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE true)."""
+    return any(os.environ.get(name, "").strip().lower() in TRUE for name in OFFLINE_VARS)
+
+
+def offline_if_unreachable() -> None:
+    """HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in this process's environment (and so its children's), with one
+    log line, when the Hub cannot be reached and the user set neither: models then come from the local cache at
+    once instead of after minutes of retries. Call it before huggingface_hub is imported (it reads the variable
+    then); if it already was, its flag is set too."""
+    if any(name in os.environ for name in OFFLINE_VARS) or hub_reachable():
+        return
+    for name in OFFLINE_VARS:
+        os.environ[name] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+    log.warning(
+        "the Hugging Face Hub (%s:%d) cannot be reached: offline mode, models come from the local cache", *hub_address()
+    )
+
+
+def hub_cache_dir() -> str:
+    """Where huggingface_hub keeps downloaded models (HF_HUB_CACHE, else HF_HOME/hub)."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def looks_like_local_path(name: str) -> bool:
+    """A local path rather than a Hub id (`name` or `org/name`): it starts with / . or ~, has more than one
+    separator, or it or its first part exists here."""
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        return True
+    return Path(name).exists() or ("/" in name and Path(name.split("/")[0]).is_dir())
+
+
+def check_model_source(key: str, value: str, filename: str = "config.json", dry_run: bool = False) -> str | None:
+    """Before anything is built or written: `key=value` names a model this machine can load: a directory with
+    `filename`, or a Hub id whose `filename` is in the local cache or that a reachable Hub can serve. Otherwise a
+    UserError naming the key, the value and what to do; except that a dry run (which loads nothing) only gets
+    back a note for a Hub id it could not fetch now."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        if not (path / filename).is_file():
+            raise UserError(f"{key}={value} has no {filename}: not a Hugging Face checkpoint directory")
+        return None
+    if looks_like_local_path(value):
+        raise UserError(f"{key}={value} is not a directory; give a checkpoint directory (one with {filename})")
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(value, filename)
+    except ValueError as err:  # huggingface_hub's HFValidationError: not a valid repo id
+        raise UserError(f"{key}={value}: no such directory, and not a Hub model id (name or org/name)") from err
+    if isinstance(cached, str):
+        return None
+    reachable = hub_reachable()
+    if reachable and not offline_requested():
+        return None
+    why = "offline (HF_HUB_OFFLINE=1)" if reachable else "unreachable"
+    problem = f"{key}={value}: no such directory, and not in the Hugging Face cache ({hub_cache_dir()})"
+    problem += f" with the hub {why}"
+    if dry_run:
+        return f"{problem}; the dry run goes on, a real run needs it there (hf download {value})"
+    raise UserError(f"{problem}: give a local checkpoint directory or download the model first (hf download {value})")
