@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+PROGRESS_LINES = 10  # warm-start progress lines per build
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 THINK_TOKENS = ["<think>", "</think>"]
@@ -144,7 +145,8 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
     model.train()
     losses = []
     order: list[int] = []
-    for _ in range(steps):
+    start, every = time.monotonic(), max(1, steps // PROGRESS_LINES)
+    for step in range(steps):
         if len(order) < bs:
             order = list(range(len(data)))
             rng.shuffle(order)
@@ -162,6 +164,16 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        if (step + 1) % every == 0 and step + 1 < steps:  # a build takes minutes on a laptop: say how far it is
+            elapsed = time.monotonic() - start
+            log.info(
+                "policy: warm start step %d/%d, loss %.3f, %.0f s so far, about %.0f s to go",
+                step + 1,
+                steps,
+                loss.item(),
+                elapsed,
+                elapsed / (step + 1) * (steps - step - 1),
+            )
     model.eval()
     return losses
 
@@ -188,6 +200,11 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
         )
     traces = read_traces(traces_path)
     t0 = time.monotonic()
+    log.info(
+        "policy: building %s (%d warm-start steps; minutes on a laptop, once per spec)",
+        out,
+        spec["warm_start"]["steps"],
+    )
     texts = [m["content"] for t in traces for m in t["prompt"] + t["completion"]]
     tokenizer = build_tokenizer(texts, int(spec["vocab_size"]), bool(spec.get("individual_digits", False)))
     torch.manual_seed(seed)

@@ -182,8 +182,10 @@ def assert_trained(run: Run, steps: int = 2, first_step: int = 1, sparse: bool =
 
 
 @pytest.fixture(scope="module")
-def gt_run(tmp_path_factory) -> Run:
-    """`grpo_gt_math` for 2 steps, its checkpoint saved at the end: its own test, then resumed by the resume test."""
+def gt_run(tmp_path_factory, policy_cache) -> Run:
+    """`grpo_gt_math` for 2 steps, its checkpoint saved at the end: its own test, then resumed by the resume test.
+    (A module fixture is set up before the autouse `shared_policy_cache`: the session's cache is named here.)"""
+    SHARED["policy_cache"] = policy_cache
     return run_row(tmp_path_factory.mktemp("gt") / "run", "grpo_gt_math")
 
 
