@@ -49,10 +49,11 @@ class Run:
 SHARED: dict[str, Path] = {}
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def shared_policy_cache(policy_cache):
     """The session's policy cache (tests/conftest.py): the tiny policies are built once for every test of the session,
-    not again in the repository's runs/ directory."""
+    not again in the repository's runs/ directory. Module-scoped and autouse, it is set up before the module's other
+    fixtures (the gt run) as well as its tests."""
     SHARED["policy_cache"] = policy_cache
 
 
@@ -182,10 +183,8 @@ def assert_trained(run: Run, steps: int = 2, first_step: int = 1, sparse: bool =
 
 
 @pytest.fixture(scope="module")
-def gt_run(tmp_path_factory, policy_cache) -> Run:
-    """`grpo_gt_math` for 2 steps, its checkpoint saved at the end: its own test, then resumed by the resume test.
-    (A module fixture is set up before the autouse `shared_policy_cache`: the session's cache is named here.)"""
-    SHARED["policy_cache"] = policy_cache
+def gt_run(tmp_path_factory) -> Run:
+    """`grpo_gt_math` for 2 steps, its checkpoint saved at the end: its own test, then resumed by the resume test."""
     return run_row(tmp_path_factory.mktemp("gt") / "run", "grpo_gt_math")
 
 
