@@ -13,7 +13,7 @@ main: setup
 test: setup setup-vllm
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest
+	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest -n auto
 
 bench: setup setup-vllm
 	.venv/bin/python -m sarl.bench

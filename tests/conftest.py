@@ -27,18 +27,28 @@ def closing_server():
 @pytest.fixture(scope="session")
 def policy_cache(tmp_path_factory):
     """A cache directory holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
-    traces), built once for the whole session: every test that trains it passes model.build.cache_dir=<this>."""
+    traces), built once for the whole run (every pytest-xdist worker shares it): every test that trains it passes
+    model.build.cache_dir=<this>."""
     import json
-    import os
     from pathlib import Path
+
+    from testkit import built_once
 
     from sarl.backends.trl.run import policy_path
     from sarl.launch.compose import compose_train_config
 
+    def build(cache: Path) -> Path:
+        cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
+        return Path(policy_path(cfg))
+
     # SARL_TEST_POLICY_CACHE=DIR: reuse (or build once into) DIR across sessions, e.g. when rerunning one test
-    cache = Path(os.environ.get("SARL_TEST_POLICY_CACHE") or tmp_path_factory.mktemp("policies"))
-    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
-    info = json.loads((Path(policy_path(cfg)) / "policy.json").read_text())
+    if os.environ.get("SARL_TEST_POLICY_CACHE"):
+        cache = Path(os.environ["SARL_TEST_POLICY_CACHE"])
+        built = build(cache)
+    else:
+        cache = built_once(tmp_path_factory, "policies", build)
+        built = build(cache)  # found in the cache: policy_path only checks and returns it
+    info = json.loads((built / "policy.json").read_text())
     assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
     return cache
 
@@ -108,3 +118,46 @@ def _verl_batch(tokenizer, prompts, responses, uids, gts=None):
 def verl_batch():
     """`verl_batch(tokenizer, prompts, responses, uids, gts=None)`: a verl `DataProto` from real tokenizer output."""
     return _verl_batch
+
+
+# -- one pytest worker per core (`make test`: pytest -n auto) -------------------------------------------------------
+#
+# pytest-xdist gives each worker whole files (a module's fixtures are built once), and whole groups where files share
+# a resource that one worker should start: the local SLURM cluster, the vLLM embedding server. Groups are handed out
+# longest first (the verl CPU runs alone take about 40 min), so no long group starts last; the order below is from
+# measured times (docs/results.md "Test suite time").
+SCOPE_GROUPS = {"tests/slurm/": "tests/slurm/", "tests/sarl/embed/": "tests/sarl/embed/"}
+LONGEST_FIRST = (
+    "tests/sarl/backends/test_verl_cpu.py",
+    "tests/slurm/",
+    "tests/sarl/backends/test_trl_backend.py",
+    "tests/eval/test_eval_run.py",
+)
+
+
+def work_scope(nodeid: str) -> str:
+    """The unit of work one worker runs: a test file, or its group in SCOPE_GROUPS."""
+    path = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in SCOPE_GROUPS.items() if path.startswith(prefix)), path)
+
+
+def scope_rank(scope: str) -> int:
+    return next((i for i, prefix in enumerate(LONGEST_FIRST) if scope.startswith(prefix)), len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest scopes first (a stable sort: the rest keep their order). Every worker sorts the same way, so the
+    collections stay identical, as pytest-xdist requires."""
+    items.sort(key=lambda item: scope_rank(work_scope(item.nodeid)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Hand out work_scope() units in collection order (longest first), not xdist's order by test count."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByScope(config, log)

@@ -200,6 +200,27 @@ def serve_fake_vllm(argv: list[str], settings: str) -> None:
     server.wait()
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """A directory `name` that `build(path)` fills once for the whole test run: shared by every pytest-xdist worker
+    (`make test` runs one per core), built by the first that asks while the others wait on a file lock, instead of
+    once per worker. A build that failed half-way is removed and redone by the next that asks."""
+    import shutil
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, above each worker's own
+    path, done = root / name, root / f"{name}.built"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            build(path)
+            done.touch()
+    return path
+
+
 class Stopwatch:
     """`with Stopwatch() as took: ...`, then `took.s`: the seconds the block ran (exception or not)."""
 

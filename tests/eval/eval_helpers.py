@@ -169,7 +169,9 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(build_tiny_chat_model(tmp_path_factory.mktemp("tiny_chat_model")))
+    from testkit import built_once
+
+    return str(built_once(tmp_path_factory, "tiny_chat_model", build_tiny_chat_model))
 
 
 def response_token_count(model_dir: str, text: str) -> int:
