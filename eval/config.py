@@ -6,6 +6,7 @@ directory) and the building of a configured object (`build`: a generator, a judg
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,36 @@ def generator_name(cfg: DictConfig) -> str:
     return str(cfg.generator._target_).rpartition(".")[2].removesuffix("_generator")
 
 
+RUN_LEVELS = 4  # final/ is 1 below its run's directory; verl's checkpoints/global_step_N/actor/huggingface/ is 4
+
+
+def training_run(ckpt: str) -> dict[str, str] | None:
+    """The `sarl.train` run that wrote the checkpoint: the nearest directory at or above it (at most RUN_LEVELS up)
+    holding the run's meta.json, which names its row (`experiment`). Returns the row, the run's directory and its
+    date (the directory's name, `<date>_<time>`); None for a Hub id or a checkpoint from elsewhere."""
+    path = Path(ckpt).expanduser()
+    if not path.is_dir():
+        return None
+    path = path.resolve()
+    for folder in [path, *path.parents][: RUN_LEVELS + 1]:
+        meta = folder / "meta.json"
+        if not meta.is_file():
+            continue
+        try:
+            row = json.loads(meta.read_text(encoding="utf-8")).get("experiment")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return {"row": row, "run_dir": str(folder), "date": folder.name} if isinstance(row, str) and row else None
+    return None
+
+
 def run_name(cfg: DictConfig) -> str:
-    return str(cfg.name) if cfg.name else Path(str(cfg.ckpt).rstrip("/")).name
+    """`name=` if given; else the row of the training run that wrote the checkpoint (so `notebooks/tables.py` finds
+    it under its row); else the checkpoint directory's name (a Hub id's last part)."""
+    if cfg.name:
+        return str(cfg.name)
+    trained = training_run(str(cfg.ckpt))
+    return trained["row"] if trained else Path(str(cfg.ckpt).rstrip("/")).name
 
 
 def build(node: DictConfig, *args: Any) -> Any:

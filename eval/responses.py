@@ -5,13 +5,14 @@ checkpoint's current contents, and every (benchmark, problem, sample) response f
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig
 
-from eval.cache import SampleCache, checkpoint_fingerprint, safe_name, stable_hash
+from eval.cache import FileDigests, SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash
 from eval.config import build, run_name
 from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
 from eval.protocol import Benchmark
@@ -43,25 +44,31 @@ def generators(cfg: DictConfig, run_dir: Path) -> Iterator[Callable[[SamplingCon
             gen.close()
 
 
-def checkpoint_cache_root(cache_dir: Path, name: str, ckpt: str) -> Path:
-    """The cache directory of this checkpoint's current contents: `<name>-<path key>/fp-<fingerprint>`. A
-    checkpoint re-saved at the same path gets a new directory (its old generations are never reused), and
-    the change is said in one line."""
-    ckpt_id = str(Path(ckpt).resolve()) if Path(ckpt).exists() else ckpt
-    by_path = cache_dir / f"{safe_name(name)}-{stable_hash(ckpt_id)}"
-    fingerprint = checkpoint_fingerprint(ckpt) or "name"
-    root = by_path / f"fp-{fingerprint}"
-    if not root.exists() and by_path.is_dir():
-        older = [d.name[3:] for d in by_path.glob("fp-*") if d.is_dir()]
-        if older:
-            log.warning(
-                "checkpoint %s changed since it was last evaluated (fingerprint %s, was %s): generating anew, "
-                "its earlier cached samples are not used",
-                ckpt,
-                fingerprint,
-                ", ".join(sorted(older)),
-            )
-    return root
+def checkpoint_cache_root(cache_dir: Path, ckpt: str) -> Path:
+    """The cache directory of this checkpoint's contents, `fp-<fingerprint>` (eval.cache): keyed by content, not by
+    the run's name or the checkpoint's path, so a renamed run or a copied checkpoint reuses its samples and a
+    re-saved one never does (said in one line when the same path held other contents before). A Hub id or a server's
+    model name is its own identity (`id-<name>`)."""
+    digests = FileDigests(cache_dir / "file_digests.json")
+    fingerprint = checkpoint_fingerprint(ckpt, digests)
+    if fingerprint is None:
+        return cache_dir / f"id-{safe_name(ckpt)}"
+    seen = cache_dir / "paths" / f"{stable_hash(str(Path(ckpt).resolve()))}.json"
+    try:
+        before = json.loads(seen.read_text(encoding="utf-8")).get("fingerprint") if seen.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        before = None
+    if before and before != fingerprint:
+        log.warning(
+            "checkpoint %s changed since it was last evaluated (fingerprint %s, was %s): generating anew, "
+            "its earlier cached samples are not used",
+            ckpt,
+            fingerprint,
+            before,
+        )
+    if before != fingerprint:
+        atomic_write_text(seen, json.dumps({"ckpt": str(Path(ckpt).resolve()), "fingerprint": fingerprint}))
+    return cache_dir / f"fp-{fingerprint}"
 
 
 def _is_generation(record: dict[str, Any]) -> bool:

@@ -37,6 +37,7 @@ from eval.config import (
     generator_name,
     resolve_run_dir,
     run_name,
+    training_run,
     usable_generator,
 )
 from eval.protocol import (
@@ -68,6 +69,9 @@ def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
     cfg = usable_generator(cfg, explicit_generator)  # after the checks: a mistake stays the one line said
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
+    trained_by = training_run(ckpt)
+    if trained_by and not cfg.name:
+        log.info("run name %s: the row of the training run %s (name=NAME for another)", name, trained_by["run_dir"])
     run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
     handler = logging.FileHandler(run_dir / "eval.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
@@ -80,7 +84,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=2))
         log.info("evaluating %s by protocol %s -> %s", ckpt, plan.protocol, run_dir)
         benchmarks = load_benchmarks(cfg, plan.entries)
-        root = checkpoint_cache_root(Path(cfg.cache_dir), name, ckpt)
+        root = checkpoint_cache_root(Path(cfg.cache_dir), ckpt)
         math_parts, wb_out, rows, caches, n_failures = [], {}, [], [], 0
         with generators(cfg, run_dir) as generator:
             for sampling, entries in plan.groups():  # one pass per sampling setting (SARL: one)
@@ -113,6 +117,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
             "run": {
                 "name": name,
                 "ckpt": ckpt,
+                "trained_by": trained_by,  # the sarl.train run that wrote ckpt: row, run_dir, date (None: elsewhere)
                 "run_dir": str(run_dir),
                 "cache": caches[0] if len(caches) == 1 else caches,
                 "started": started,
@@ -161,6 +166,11 @@ def _run_command(argv: list[str]) -> int:
     cfg = compose_eval_config(argv)
     if cfg.dry_run:  # the resolved plan; no checkpoint needed
         sys.stdout.write(format_plan(resolve_plan(cfg), cfg.paths.data_dir))
+        if cfg.launcher.name != "local":
+            from slurm.launcher import submission_plan
+
+            job_argv = [a for a in argv if not a.startswith("dry_run")]
+            sys.stderr.write(submission_plan("eval.run", job_argv, cfg.launcher))
         return 0
     if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
         from slurm.launcher import dispatch

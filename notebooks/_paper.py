@@ -1,6 +1,7 @@
 """Shared by the notebooks: where the runs' results are, which run is which row of SARL's tables, and the tables.
 
-Results layout (what `python -m eval.run ckpt=... name=ROW` writes under runs/eval/): `RESULTS/<row>/results.json`
+Results layout (what `python -m eval.run ckpt=...` writes under runs/eval/, naming the run after the row that trained
+the checkpoint, or `name=ROW`): `RESULTS/<row>/results.json`
 or `RESULTS/<row>/<date>_<time>/results.json` (the newest complete one is used), where <row> is `base` (the base
 model, evaluated on the math benchmarks and WildBench) or a `conf/exp/` name (`grpo_sarl_math`, `dpo_open`, ...).
 The numbers come from the results files; the Avg and Δ columns are computed with eval/results.py's own helpers.
@@ -64,19 +65,36 @@ TABLE8_ROWS = tuple(
 TABLE9_ROWS = table_spec("SARL Table 9")
 
 
-def setting(name: str, default: str, argv_flag: str | None = None) -> str:
-    """A notebook parameter: `--flag VALUE` on the command line, else the environment variable, else the default
-    (inside Jupyter, set the environment variable or edit the cell)."""
+def settings(about: str, **options: tuple[str, str]) -> dict[str, str]:
+    """The notebook's parameters, `name=(default, what it is)`: `--name VALUE` on the command line, else the
+    environment variable `SARL_<NAME>`, else the default. Run as a script, the command line is parsed strictly:
+    `--help` lists the flags, an unknown flag (a misspelt `--result` included) or one without its value is one line
+    naming it and the nearest flag, exit 2. Inside Jupyter (whose kernel has argv of its own) only the environment
+    counts."""
+    import argparse
+    import difflib
     import sys
 
-    flag = argv_flag or "--" + name.lower().removeprefix("sarl_").replace("_", "-")
-    argv = sys.argv[1:]
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return os.environ.get(name, default)
+    class Strict(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # one line, not argparse's usage block
+            flags = [a for a in sys.argv[1:] if a.startswith("-")]
+            near = [m for f in flags for m in difflib.get_close_matches(f.split("=")[0], known, n=1) if m != f]
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            self.exit(2, f"{self.prog}: {message}{hint}; `{self.prog} --help` lists its flags\n")
+
+    parser = Strict(prog=Path(sys.argv[0]).name, description=about, allow_abbrev=False)
+    known = []
+    for name, (default, what) in options.items():
+        env, flag = f"SARL_{name.upper()}", "--" + name.replace("_", "-")
+        known.append(flag)
+        parser.add_argument(
+            flag,
+            dest=name,
+            metavar="VALUE",
+            default=os.environ.get(env, default),
+            help=f"{what} (environment: {env}; default: {default or 'none'})",
+        )
+    return vars(parser.parse_args([] if "ipykernel" in sys.modules else sys.argv[1:]))
 
 
 def find_results(results_dir: str | Path, row: str) -> Path | None:
@@ -103,6 +121,33 @@ def load_results(results_dir: str | Path, rows: Sequence[str]) -> dict[str, dict
         if path is not None:
             out[row] = json.loads(path.read_text(encoding="utf-8"))
     return out
+
+
+HOW_TO_EVALUATE = (
+    "evaluate each row's checkpoint with `python -m eval.run ckpt=runs/<row>/<date>_<time>/final` (the run is named "
+    "after the row that trained it; `name=ROW` names another checkpoint, `name=base` the base model)"
+)
+
+
+def results_or_exit(results_dir: str | Path, rows: Sequence[str]) -> dict[str, dict]:
+    """load_results, saying which rows have results, which are missing and how to get them; with no row's results
+    at all, that is said and the notebook stops (exit 1) without writing anything."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise SystemExit(f"results directory {root} does not exist: {HOW_TO_EVALUATE}; or pass --results DIR")
+    results = load_results(root, rows)
+    missing = [r for r in dict.fromkeys(rows) if r not in results]
+    others = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in rows and d.name != "cache")
+    found = ", ".join(results) if results else "none"
+    lines = [f"{len(results)} of {len(dict.fromkeys(rows))} rows have results in {root}: {found}"]
+    if missing:
+        lines.append(f"missing (printed as -): {', '.join(missing)}: {HOW_TO_EVALUATE}")
+    if others:
+        lines.append(f"{root} also holds {', '.join(others)}: not rows of these tables (eval.run name=ROW names a run)")
+    print("\n".join(lines))
+    if not results:
+        raise SystemExit(1)
+    return results
 
 
 def _math(results: dict | None) -> dict[str, dict]:

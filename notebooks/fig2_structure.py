@@ -32,11 +32,19 @@ import _paper as paper  # noqa: E402
 
 from sarl.reports import figures  # noqa: E402
 
-RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
-RESPONSES = paper.setting("SARL_RESPONSES", "")
-OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
-TRAINED_MATH = paper.setting("SARL_TRAINED_MATH", "grpo_sarl_math")  # the row compared on the math benchmarks
-TRAINED_OPEN = paper.setting("SARL_TRAINED_OPEN", "grpo_sarl_open")  # and on WildBench
+SETTINGS = paper.settings(
+    "SARL Fig. 2: the structure reward before and after training (2a) and two reasoning maps (2b).",
+    results=("runs/eval", "eval.run's results: a folder per row"),
+    responses=("", "a JSONL of two responses (label, response) for Fig. 2b: before, then after training"),
+    out=("runs/paper", "where the figures are written"),
+    trained_math=("grpo_sarl_math", "the row compared with the base model on the math benchmarks"),
+    trained_open=("grpo_sarl_open", "the row compared on WildBench"),
+    embedder=("local", "Fig. 2b's step embeddings: local (MiniLM) or vllm_server"),
+    embed_url=("", "the embedding server's URL (embedder vllm_server)"),
+    embed_model=("Qwen/Qwen3-Embedding-0.6B", "the embedding server's model (embedder vllm_server)"),
+)
+RESULTS, RESPONSES, OUT = SETTINGS["results"], SETTINGS["responses"], Path(SETTINGS["out"])
+TRAINED_MATH, TRAINED_OPEN = SETTINGS["trained_math"], SETTINGS["trained_open"]
 OUT.mkdir(parents=True, exist_ok=True)
 
 import matplotlib  # noqa: E402
@@ -91,12 +99,12 @@ if RESPONSES:
     pair = read_responses(RESPONSES)
     if len(pair) != 2:
         raise SystemExit(f"{RESPONSES}: Fig. 2b needs exactly two responses (before, after), found {len(pair)}")
-    if paper.setting("SARL_EMBEDDER", "local") == "vllm_server":
+    if SETTINGS["embedder"] == "vllm_server":
         from sarl.serving.http import HTTPEmbedder
 
         embedder = HTTPEmbedder(
-            url=paper.setting("SARL_EMBED_URL", ""),
-            model=paper.setting("SARL_EMBED_MODEL", "Qwen/Qwen3-Embedding-0.6B"),
+            url=SETTINGS["embed_url"],
+            model=SETTINGS["embed_model"],
         )
     else:
         from sarl.structure.embed.local import SentenceTransformerEmbedder

@@ -33,9 +33,13 @@ import _paper as paper  # noqa: E402
 
 from sarl.reports import figures  # noqa: E402
 
-RUNS = paper.setting("SARL_RUNS", "")
-TRAINING = paper.setting("SARL_TRAINING", "runs")
-OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+SETTINGS = paper.settings(
+    "SARL Fig. 3: KL, entropy and response length of GRPO runs, from metrics.jsonl or W&B.",
+    runs=("", "LABEL=SOURCE,... (SOURCE: a run directory, a metrics.jsonl or wandb:ENTITY/PROJECT/RUN_ID)"),
+    training=("runs", "where the rows' training runs are (used when --runs is not given)"),
+    out=("runs/paper", "where the figure is written"),
+)
+RUNS, TRAINING, OUT = SETTINGS["runs"], SETTINGS["training"], Path(SETTINGS["out"])
 OUT.mkdir(parents=True, exist_ok=True)
 FIG3_ROWS = {
     "grpo_gt_math": "Ground-Truth",

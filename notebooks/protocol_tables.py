@@ -32,10 +32,14 @@ sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py
 import _paper as paper  # noqa: E402
 import _protocols as protocols  # noqa: E402
 
-RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
-OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
+SETTINGS = paper.settings(
+    "The peer papers' tables (EVOL-RL, GRP, Structured Reasoning) beside ours, from eval.run's results.json.",
+    results=("runs/eval", "eval.run's results: a folder per row"),
+    out=("runs/paper", "where the tables are written"),
+)
+RESULTS, OUT = SETTINGS["results"], Path(SETTINGS["out"])
 if not Path(RESULTS).is_dir():
-    raise SystemExit(f"results directory {RESULTS} does not exist; pass --results DIR (or set SARL_RESULTS)")
+    raise SystemExit(f"results directory {RESULTS} does not exist: {paper.HOW_TO_EVALUATE}; or pass --results DIR")
 
 # %% [markdown]
 # ## EVOL-RL Table 1 and Table 4 (the ablations): pass@1 / pass@16 of 32 rollouts (protocol `evol_rl`)

@@ -14,7 +14,8 @@
 # %% [markdown]
 # # SARL Tables 2, 3, 4, 5, 8, 9 and 10 from evaluation results
 #
-# Reads the `results.json` that `python -m eval.run ckpt=... name=ROW` writes, one directory per row:
+# Reads the `results.json` that `python -m eval.run ckpt=...` writes, one directory per row (eval.run names a run after
+# the row that trained its checkpoint; `name=ROW` for another):
 # `RESULTS/base/` (the base model on the math benchmarks and WildBench) and `RESULTS/<exp>/` for each `conf/exp/`
 # row (`grpo_sarl_math`, `ppo_sarl_open`, ...), each either holding `results.json` or `eval.run`'s
 # `<date>_<time>/results.json` (the newest complete one is used). Which run is which row comes from the `paper:`
@@ -34,12 +35,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path("notebooks").resolve()) if Path("notebooks/_paper.py").exists() else ".")
 import _paper as paper  # noqa: E402
 
-RESULTS = paper.setting("SARL_RESULTS", "runs/eval")
-OUT = Path(paper.setting("SARL_OUT", "runs/paper"))
-if not Path(RESULTS).is_dir():
-    raise SystemExit(f"results directory {RESULTS} does not exist; pass --results DIR (or set SARL_RESULTS)")
-results = paper.load_results(RESULTS, paper.all_rows())
-print(f"{len(results)} of {len(paper.all_rows())} rows have results in {RESULTS}: {', '.join(results)}")
+SETTINGS = paper.settings(
+    "SARL Tables 2-5 and 8-10 from eval.run's results.json, written as Markdown and CSV.",
+    results=("runs/eval", "eval.run's results: a folder per row (eval.run names a run after its training row)"),
+    out=("runs/paper", "where the tables are written"),
+)
+RESULTS, OUT = SETTINGS["results"], Path(SETTINGS["out"])
+results = paper.results_or_exit(RESULTS, paper.all_rows())
 
 # %% [markdown]
 # ## Table 2: math reasoning, avg@8 (Avg = mean of the four benchmarks, Δ% against the base model)

@@ -24,6 +24,7 @@ from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import (
+    dry_run_command,
     experiment_name,
     patched_environ,
     resolve_run_dir,
@@ -111,11 +112,15 @@ def run(
         if stage_overrides:
             raise UserError(f"STAGE:key=value overrides ({', '.join(stage_overrides)}) need an exp with a pipeline")
         check_supported(cfg, choices)
-    if cfg.launcher.name != "local" and not cfg.train.dry_run:  # submit this same command (slurm/launcher.py)
-        from slurm.launcher import dispatch, train_argv
+    if cfg.launcher.name != "local":  # submit this same command (slurm/launcher.py); a dry run shows the job
+        from slurm.launcher import dispatch, submission_plan, train_argv
 
         staged = [f"{k}:{o}" for k, items in (stage_overrides or {}).items() for o in items]
-        return dispatch("sarl.train", train_argv([*(overrides or []), *staged], cfg), cfg.launcher)
+        argv = train_argv([*(overrides or []), *staged], cfg)
+        if not cfg.train.dry_run:
+            return dispatch("sarl.train", argv, cfg.launcher)
+        job_argv = [a for a in argv if not a.startswith("train.dry_run")]
+        sys.stderr.write(submission_plan("sarl.train", job_argv, cfg.launcher))
     run_dir = resolve_run_dir(cfg, experiment)
     if pipeline:
         from sarl.launch.pipeline import run_pipeline
@@ -157,7 +162,7 @@ def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: 
         kept = [o for o in overrides if not o.startswith(("train.dry_run", "run_dir="))]
         sys.stderr.write(shlex.join([sys.executable, "-m", "sarl.train", *kept, f"run_dir={run_dir}"]) + "\n")
         if n > 1:
-            sys.stderr.write(shlex.join(launch_command(run_dir, n)) + "\n")
+            sys.stderr.write(dry_run_command(launch_command(run_dir, n), [run_dir / "config.yaml"]))
         return 0
     from sarl.preflight import run_trl_cheap_checks
 
@@ -225,7 +230,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     cmd = launch_command(run_dir, cfg.backend.entry_module)
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(verl_cfg))
-        sys.stderr.write(shlex.join(cmd) + "\n")
+        sys.stderr.write(dry_run_command(cmd, [run_dir / f"{VERL_CONFIG_NAME}.yaml"]))
         return 0
     try:
         importlib.import_module(cfg.backend.entry_module)  # the entry point the run launches

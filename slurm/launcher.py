@@ -403,6 +403,39 @@ def wait_for_ray_nodes(expected: int, address: str, timeout_s: float, head: subp
         ray.shutdown()
 
 
+def submission_plan(module: str, argv: Sequence[str], launcher_cfg: Any, *, workdir: str | None = None) -> str:
+    """What `dispatch` would submit, as a dry run prints it (stderr): the job's SLURM resources, its requeue rule,
+    where its log goes and the command it runs. Nothing is submitted; sbatch need not be here."""
+    try:
+        s = settings(launcher_cfg)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    hours, minutes = divmod(s.time_min, 60)
+    resources = {
+        "partition": s.partition or "(SLURM's default)",
+        "account": s.account or "(your default)",
+        "qos": s.qos or "(default)",
+        "nodes": s.nodes,
+        "gpus_per_node": s.gpus_per_node,
+        "cpus_per_task": s.cpus_per_task,
+        "mem_gb": s.mem_gb,
+        "time": f"{hours}:{minutes:02d}:00",
+        "job_name": s.job_name or module.replace(".", "_"),
+        **{f"additional.{k}": v for k, v in s.additional.items()},
+    }
+    job = ModuleJob(module, job_argv(argv), str(Path(workdir or os.getcwd()).resolve()), s, sys.executable)
+    return "".join(
+        [
+            f"# dry run: launcher={s.name} would submit one SLURM job (nothing submitted):\n",
+            "#   " + " ".join(f"{k}={v}" for k, v in resources.items() if v is not None) + "\n",
+            f"#   requeued after up to {s.max_num_timeout} time-outs (USR2 {s.signal_delay_s} s before the end); "
+            f"log: {Path(s.log_dir) / '<job id>'}/\n",
+            *(f"#   setup: {line}\n" for line in s.setup),
+            f"#   the job runs (in {job.workdir}): {shlex.join(job.command())}\n",
+        ]
+    )
+
+
 def submit_module(module: str, argv: Sequence[str], launcher_cfg: Any, *, workdir: str | None = None):
     """Submit `python -m MODULE ARGV` (launcher overrides replaced by launcher=local) as a SLURM job;
     return the submitit job."""

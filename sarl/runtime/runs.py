@@ -47,6 +47,14 @@ def resolve_run_dir(
     return base / (f"{stamp}_j{job}" if job else stamp)
 
 
+def dry_run_command(cmd: list[str], writes: list[Path]) -> str:
+    """What a dry run prints on stderr after the config: the files a real run writes before it launches (the
+    command names them; the dry run wrote nothing), then the command."""
+    import shlex
+
+    return f"# dry run: nothing written; a real run writes {', '.join(map(str, writes))} and runs:\n{shlex.join(cmd)}\n"
+
+
 def versions() -> dict[str, str]:
     out = {}
     for pkg in ("sarl", "verl", "vllm", "torch", "transformers", "trl"):

@@ -81,8 +81,10 @@ def test_a_malformed_record_is_warned_about_and_recomputed(tmp_path, caplog):
     assert str(files[1]) in caplog.text and str(files[2]) in caplog.text
 
 
-def test_checkpoint_fingerprint_follows_the_contents(tmp_path):
-    from eval.cache import checkpoint_fingerprint
+def test_checkpoint_fingerprint_follows_the_contents_not_the_path_name_or_time(tmp_path):
+    import shutil
+
+    from eval.cache import FileDigests, checkpoint_fingerprint
 
     ckpt = tmp_path / "final"
     ckpt.mkdir()
@@ -93,11 +95,24 @@ def test_checkpoint_fingerprint_follows_the_contents(tmp_path):
     (ckpt / "trainer_state.json.lock").write_text("ignored")
     first = checkpoint_fingerprint(ckpt)
     assert first == checkpoint_fingerprint(ckpt) and len(first) == 16
+    copy = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(ckpt, copy)  # another path, another name, new modification times
+    os.utime(copy / "model.safetensors", ns=(1, 1))
+    assert checkpoint_fingerprint(copy) == first
     stat = weights.stat()
-    weights.write_bytes(b"\0" * (3 << 20 - 1) + b"\1")  # re-saved: same size, the last MiB differs
+    weights.write_bytes(b"\0" * (1 << 20) + b"\1" + b"\0" * ((2 << 20) - 1))  # re-saved: same size, a middle byte
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the old modification time
     second = checkpoint_fingerprint(ckpt)
     assert second != first
     (ckpt / "tokenizer_config.json").write_text('{"chat_template": "y"}')
     assert checkpoint_fingerprint(ckpt) not in (first, second)
     assert checkpoint_fingerprint("Qwen/Qwen3-4B") is None  # a name: its name is its identity
+
+    memo = tmp_path / "digests.json"
+    assert checkpoint_fingerprint(copy, FileDigests(memo)) == first and memo.is_file()
+    again = FileDigests(memo)
+    assert checkpoint_fingerprint(copy, again) == first and not again.changed  # nothing read again
+    (copy / "config.json").write_text('{"a": 2}')
+    assert checkpoint_fingerprint(copy, again) != first and again.changed is False  # saved after hashing anew
+    memo.write_text("not json")
+    assert checkpoint_fingerprint(ckpt, FileDigests(memo)) == checkpoint_fingerprint(ckpt)  # a bad memo: hashed anew

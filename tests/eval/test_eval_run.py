@@ -4,6 +4,7 @@ statistics, a loopback judge scores WildBench; resume after an interruption; res
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -191,7 +192,7 @@ def test_interrupted_evaluation_resumes_where_it_stopped(
     try:
         assert eval_run.main(overrides(tiny_chat_model, data, tmp_path, judge.url)) == EXIT_INTERRUPTED
         assert len(calls) == 4 and judge.requests == []
-        assert len(list((tmp_path / "cache").rglob("*.json"))) == 4  # one file per finished sample
+        assert len(list((tmp_path / "cache").glob("fp-*/**/*.json"))) == 4  # one file per finished sample
 
         monkeypatch.setattr(TransformersGenerator, "_one", lambda self, r: (calls.append(r.key), real_one(self, r))[1])
         good = fixture_judge()
@@ -244,6 +245,41 @@ def test_fully_cached_run_logs_to_wandb_without_loading_the_model(full_run, tiny
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     first, _, _ = read_results(root)
     assert again["math"] == first["math"] and again["wildbench"] == first["wildbench"]
+
+
+def test_a_run_is_named_after_its_training_row_and_a_copied_checkpoint_reuses_its_samples(
+    full_run, tiny_chat_model, monkeypatch, tmp_path
+):
+    """No `name=`: the run takes the row of the sarl.train run that wrote the checkpoint (its meta.json), so
+    notebooks/tables.py finds it; the cache is keyed by the checkpoint's contents, so the same weights under another
+    path and another name generate nothing again."""
+    _, root, data = full_run
+    trained = tmp_path / "runs" / "grpo_sarl_math" / "2026-01-02_03-04-05"
+    shutil.copytree(tiny_chat_model, trained / "final")
+    (trained / "meta.json").write_text(json.dumps({"experiment": "grpo_sarl_math", "git_commit": None}))
+
+    def no_model(*a, **k):
+        raise AssertionError("the copied checkpoint's samples are cached: no model may be loaded")
+
+    monkeypatch.setattr(TransformersGenerator, "__init__", no_model)
+    judge = FakeChatServer(fixture_judge())
+    try:
+        args = [a for a in overrides(str(trained / "final"), data, root, judge.url) if not a.startswith("name=")]
+        args = [a for a in args if not a.startswith("run_dir=")] + [f"paths.runs_dir={tmp_path / 'runs'}"]
+        assert eval_run.main(args) == 0
+        assert judge.requests == []
+    finally:
+        judge.close()
+    (run_dir,) = (tmp_path / "runs" / "eval" / "grpo_sarl_math").iterdir()
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["run"]["name"] == "grpo_sarl_math"
+    assert results["run"]["trained_by"] == {
+        "row": "grpo_sarl_math",
+        "run_dir": str(trained.resolve()),
+        "date": "2026-01-02_03-04-05",
+    }
+    first, _, _ = read_results(root)
+    assert results["math"] == first["math"]
 
 
 def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path, monkeypatch, caplog):

@@ -176,3 +176,16 @@ def test_quick_code_exec_suite():
     assert all(row["outcomes"] == [row["expected"]] for row in out["hostile"].values()), out["hostile"]
     assert all(row["worst_wall_s"] < 1.0 + 1.0 for row in out["hostile"].values()), out["hostile"]  # limit + 1 s
     assert out["per_core_ratio"] > 0 and set(out["programs_per_cpu_s"]) == set(out["programs_per_s"])
+
+
+def test_help_lists_the_suites_not_the_training_groups():
+    from testkit import run_module
+
+    from sarl.bench.__main__ import SUITES
+
+    proc = run_module("sarl.bench", "--help", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) < 30 and lines[0].startswith("python -m sarl.bench [suite=NAME]")
+    listed = {line.split()[0] for line in lines if line.startswith("  ") and line.split()}
+    assert set(SUITES) <= listed and "reward" not in proc.stdout.split("suite=")[0]

@@ -115,6 +115,28 @@ def test_a_row_without_results_is_a_dash_and_is_listed(tmp_path):
     assert "| w/ SARL (Ours) | 45.83 | 87.50 | 93.30 | 61.99 | 72.16 (+11.9%) |" in text
 
 
+def test_tables_parses_its_flags_strictly_and_says_what_is_missing_and_how(tmp_path):
+    out = tmp_path / "out"
+    shown = run_python(NOTEBOOKS / "tables.py", "--help", timeout=120)
+    assert shown.returncode == 0 and "--results VALUE" in shown.stdout and "SARL_OUT" in shown.stdout
+    for args, said in (
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--result", "runs/eval"], "(did you mean --results?)"),
+        (["--out", out, "--results"], "argument --results: expected one argument"),
+    ):
+        proc = run_python(NOTEBOOKS / "tables.py", *args, timeout=120)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    results = tmp_path / "eval"
+    (results / "smoke" / "2026-01-01_00-00-00").mkdir(parents=True)  # a run that is no row of the tables
+    proc = run_python(NOTEBOOKS / "tables.py", "--results", results, "--out", out, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert f"0 of {len(_paper.all_rows())} rows have results in {results}: none" in proc.stdout
+    assert "missing (printed as -): base, " in proc.stdout and "python -m eval.run ckpt=runs/<row>/" in proc.stdout
+    assert f"{results} also holds smoke: not rows of these tables" in proc.stdout
+    assert not out.exists()  # nothing written
+
+
 def test_newest_complete_evaluation_is_used(tmp_path):
     src = FIXTURES / "results" / "base" / "2026-01-01_00-00-00" / "results.json"
     for stamp, complete in (("2026-01-01_00-00-00", True), ("2026-02-01_00-00-00", True), ("2026-03-01", False)):

@@ -187,8 +187,10 @@ def test_dry_run_prints_only_the_verl_config_on_stdout(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     v = yaml.safe_load(proc.stdout)  # stdout is YAML and nothing else
     assert v["actor_rollout_ref"]["rollout"]["n"] == 8 and v["algorithm"]["adv_estimator"] == "grpo"
-    last = proc.stderr.strip().splitlines()[-1]
+    note, last = proc.stderr.strip().splitlines()[-2:]
     assert "-m sarl.backends.verl.main --config-path" in last and "--config-name verl_trainer" in last
+    run_dir = last.split("--config-path ")[1].split()[0]  # the file the command reads is named as not yet written
+    assert note == f"# dry run: nothing written; a real run writes {run_dir}/verl_trainer.yaml and runs:"
     assert "hydra.run.dir=" in last and "hydra.output_subdir=verl_hydra" in last
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 

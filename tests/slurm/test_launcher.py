@@ -462,3 +462,25 @@ def test_eval_run_submits_itself_through_the_launcher(monkeypatch):
     ((module, sent, cfg),) = calls
     assert module == "eval.run" and sent == argv
     assert cfg.name == "slurm_h100" and cfg.gpus_per_node == 1 and cfg.nodes == 1
+
+
+def test_a_dry_run_with_the_slurm_launcher_shows_the_job_and_submits_nothing(monkeypatch, tmp_path, capsys):
+    """`launcher=slurm_h100 train.dry_run=true` (and eval.run's dry_run) print the job's resources and the command
+    it runs on stderr beside the usual dry run, and submit nothing."""
+    import slurm.launcher as launcher
+    from eval.run import main as eval_main
+
+    monkeypatch.setattr(launcher, "dispatch", lambda *a: pytest.fail("a dry run must not submit"))
+    argv = ["+exp=grpo_sarl_math", "launcher=slurm_h100", "launcher.time_min=90", "train.dry_run=true"]
+    assert main([*argv, f"paths.root={tmp_path}"]) == 0
+    err = capsys.readouterr().err
+    assert "# dry run: launcher=slurm_h100 would submit one SLURM job (nothing submitted):" in err
+    plan = next(line for line in err.splitlines() if line.startswith("#   partition="))
+    assert "partition=h100 " in plan and " nodes=1 gpus_per_node=8 cpus_per_task=64 mem_gb=480 time=1:30:00" in plan
+    job = next(line for line in err.splitlines() if line.startswith("#   the job runs"))
+    assert job.endswith(" -m sarl.train +exp=grpo_sarl_math " + f"paths.root={tmp_path} launcher=local")
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+
+    assert eval_main(["protocol=grp", "dry_run=true", "launcher=slurm_h100", "launcher.gpus_per_node=1"]) == 0
+    out, err = capsys.readouterr()
+    assert "grp" in out and "gpus_per_node=1" in err and err.strip().endswith("-m eval.run protocol=grp launcher=local")

@@ -1,13 +1,16 @@
 """Per-step metrics of a TRL run: `metrics.jsonl` in the run directory, W&B, a console table, curves.
 
-TRL's trainers hand every logged dict to the callbacks' `on_log`. The recorder keeps TRL's
-own names and adds the names the verl runs use, so that notebooks read both backends alike:
+TRL's trainers hand every logged dict to the callbacks' `on_log`. The recorder writes each value once, under the
+name the verl runs use where there is one, so that notebooks read both backends alike:
 
     reward/mean, reward/std        <- reward, reward_std (GRPO)
     actor/kl                       <- kl (k3 estimator, TRL)
     actor/entropy                  <- entropy
     response_length/mean           <- completions/mean_length
     reward/zero_std_frac           <- frac_reward_zero_std (groups whose rewards are all equal)
+
+TRL's per-function `rewards/<function>/mean` and `/std` are left out when the run has one reward function (they are
+`reward/mean` and `reward/std` again); with several they are kept, one pair per function.
 """
 
 from __future__ import annotations
@@ -74,6 +77,17 @@ def truncate_metrics(path: str | Path, last_step: int) -> int:
     return len(rows) - len(keep)
 
 
+def canonical(row: dict[str, Any]) -> dict[str, Any]:
+    """Each value once (module docstring): TRL's names renamed to verl's, a lone reward function's copy dropped."""
+    out = {ALIASES.get(k, k): v for k, v in row.items()}
+    functions = {k.split("/")[1] for k in out if k.startswith("rewards/") and k.endswith("/mean") and k.count("/") == 2}
+    if len(functions) == 1:
+        (name,) = functions
+        out.pop(f"rewards/{name}/mean", None)
+        out.pop(f"rewards/{name}/std", None)
+    return out
+
+
 class MetricsRecorder(TrainerCallback):
     """Writes each training log as one JSON line (`step` + metrics) and forwards it to W&B."""
 
@@ -92,9 +106,7 @@ class MetricsRecorder(TrainerCallback):
                 row[key] = float(value)
             elif value is None:
                 row[key] = None
-        for src, dst in ALIASES.items():
-            if src in row:
-                row[dst] = row[src]
+        row = canonical(row)
         with self.path.open("a") as f:
             f.write(
                 json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
@@ -131,15 +143,27 @@ def summary_table(rows: list[dict[str, Any]]) -> Any:
 
 
 def plot_curves(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """A PNG with one panel per curve in CURVES (reward, SR, KL, entropy, length)."""
+    """A PNG with one panel per curve of CURVES (reward, SR, KL, entropy, length) on a grid of at most 3 columns;
+    the SR panel is left out where SR is the reward at every step (the reward's title says so)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
-    for ax, (name, keys) in zip(axes, CURVES):
+    drawn = []
+    for name, keys in CURVES:
         key = next((k for k in keys if any(r.get(k) is not None for r in rows)), None)
+        drawn.append([name, key, keys])
+    reward, sr = drawn[0][1], drawn[1][1]
+    if reward and sr and all(r.get(reward) == r.get(sr) for r in rows):
+        drawn[0][0] = f"{drawn[0][0]} (= structure reward SR)"
+        del drawn[1]
+    cols = 2 if len(drawn) == 4 else min(3, len(drawn))
+    n_rows = math.ceil(len(drawn) / cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(4 * cols, 3.0 * n_rows), squeeze=False)
+    for ax in axes.flat[len(drawn) :]:
+        ax.set_visible(False)
+    for ax, (name, key, keys) in zip(axes.flat, drawn):
         ax.set_title(name if key is None or key in keys[:1] else f"{name} ({key})", fontsize=9)
         ax.set_xlabel("step")
         if key is None:

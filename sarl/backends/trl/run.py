@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -474,12 +475,12 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     console = Console(file=sys.stdout, width=160)
     console.print(summary_table(rows))
     png = plot_curves(rows, run_dir / CURVES_FILE, title=f"{meta.get('experiment', '')} ({run_dir.name})")
-    summary = {
-        "final_checkpoint": str(run_dir / FINAL_SUBDIR),
-        "metrics": str(metrics_path),
-        "curves": str(png),
+    summary = {  # paths relative to the run directory: the record stays true when the directory is moved
+        "final_checkpoint": FINAL_SUBDIR,
+        "metrics": os.path.relpath(metrics_path, run_dir),
+        "curves": os.path.relpath(png, run_dir),
         "steps": trainer.state.global_step,
-        "resumed_from": str(resume) if resume else None,
+        "resumed_from": os.path.relpath(resume, run_dir) if resume else None,
     }
     if cfg.algorithm.name == "grpo":
         summary["failed_rewards"] = reward.failed_total
@@ -489,5 +490,5 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         summary["heldout"] = heldout_block
         console.print(table(heldout_block))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.print(f"final checkpoint: {summary['final_checkpoint']}\ncurves: {png}\nmetrics: {metrics_path}")
+    console.print(f"final checkpoint: {run_dir / FINAL_SUBDIR}\ncurves: {png}\nmetrics: {metrics_path}")
     return 0

@@ -331,9 +331,8 @@ def final_hf_checkpoint(run_dir: Path) -> Path | None:
 def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:
     """Write verl's SFT config and the traces' parquet into the run directory and launch torchrun on them;
     `train.dry_run=true` prints the config and the command only."""
-    import shlex
 
-    from sarl.runtime.runs import run_record, wandb_record
+    from sarl.runtime.runs import dry_run_command, run_record, wandb_record
     from sarl.runtime.signals import run_in_own_group
 
     check_enough_traces(cfg, experiment)
@@ -342,7 +341,7 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     cmd = sft_launch_command(cfg, run_dir)
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(config))
-        sys.stderr.write(shlex.join(cmd) + "\n")
+        sys.stderr.write(dry_run_command(cmd, [run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml", run_dir / SFT_DATA_FILE]))
         return 0
     meta, env = run_record(cfg, choices, experiment, run_dir)  # env: W&B offline without a key, stable run id
     env.update(process_env(cfg, run_dir))  # our patches in every rank; metrics.jsonl (appended to on a resume)

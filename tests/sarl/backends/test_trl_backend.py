@@ -184,6 +184,8 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     assert "per-step metrics" in out and "SR" in out
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["failed_rewards"] == 0
+    paths = ("final_checkpoint", "metrics", "curves")  # relative to the run directory: it can be moved
+    assert [summary[k] for k in paths] == ["final", "metrics.jsonl", "curves.png"] and summary["resumed_from"] is None
     # held-out before/after: the documented keys, on prompts disjoint from the training prompts
     block = summary["heldout"]
     assert (block["prompts"], block["samples_per_prompt"]) == (2, 2)

@@ -212,7 +212,7 @@ def test_resume_skips_a_truncated_checkpoint_and_keeps_the_failure_total(policy_
     assert any("checkpoint-2" in r.getMessage() and "trainer_state.json" in r.getMessage() for r in caplog.records)
     assert main(smoke(tmp_path, policy_cache, "backend.max_steps=3", "train.save_freq=1", f"run_dir={run}")) == 0
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["resumed_from"] == str(run / "checkpoints" / "checkpoint-1") and summary["steps"] == 3
+    assert summary["resumed_from"] == "checkpoints/checkpoint-1" and summary["steps"] == 3
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert summary["failed_rewards"] == sum(r["reward/failed"] for r in rows) > rows[0]["reward/failed"]
