@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
 from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable
@@ -132,6 +133,7 @@ def run(
         check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])
+    quiet_verl_notices(bool(cfg.backend.get("cpu", False)))
     with_local_policy(cfg)
     if cfg.algorithm.name == "sft":
         from sarl.backends.verl.sft import run_verl_sft
@@ -249,9 +251,8 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         if "wandb" in cfg.logger.backends:
             wandb_record(cfg, meta, run_dir, env)
         log.info("launching: %s", shlex.join(cmd))
-        return run_in_own_group(
-            cmd, cwd=run_dir, env={**env, **process_env(cfg, run_dir)}
-        )  # Ctrl-C stops verl's whole group
+        total = verl_cfg.trainer.get("total_training_steps")
+        return run_verl_process(cmd, run_dir, {**env, **process_env(cfg, run_dir)}, total)
 
 
 def main(argv: list[str] | None = None) -> int:

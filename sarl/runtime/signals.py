@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +82,42 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
         pass
 
 
-def run_in_own_group(cmd: list[str], cwd: str | Path, env: dict[str, str], grace_s: float = 60) -> int:
+def run_in_own_group(
+    cmd: list[str],
+    cwd: str | Path,
+    env: dict[str, str],
+    grace_s: float = 60,
+    *,
+    output: Path | None = None,
+    poll: Callable[[], None] | None = None,
+    poll_s: float = 2.0,
+) -> int:
     """Run `cmd` as the leader of a new session and wait for its exit code; on any exception here (Ctrl-C, a
     SIGTERM turned into an exception, ...) its whole process group is stopped (`stop_process_group`), so a
-    launcher (verl's Ray driver, torchrun) never outlives the command that started it."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    launcher (verl's Ray driver, torchrun) never outlives the command that started it. With `output`, the
+    command's stdout and stderr are appended to that file; `poll()` is called every `poll_s` seconds while it runs
+    and once after it ended (a progress report)."""
+    out = open(output, "ab") if output is not None else None  # noqa: SIM115 (closed below, after the child)
     try:
-        return proc.wait()
-    except BaseException:
-        stop_process_group(proc, grace_s=grace_s)  # SIGTERM to the child's group, SIGKILL if it is still there
-        raise
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT if out else None
+        )
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=poll_s if poll else None)
+                    break
+                except subprocess.TimeoutExpired:
+                    poll()
+            if poll:
+                poll()
+            return rc
+        except BaseException:
+            stop_process_group(proc, grace_s=grace_s)  # SIGTERM to the child's group, SIGKILL if it is still there
+            raise
+    finally:
+        if out is not None:
+            out.close()
 
 
 def torchrun_args(n_processes: int, module: str, args: Sequence[str]) -> list[str]:

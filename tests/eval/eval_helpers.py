@@ -111,11 +111,14 @@ def eval_data_dir(tmp_path: Path) -> Path:
 
 def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     """A tiny Qwen3 (2 layers, hidden 128, head_dim 64) with a byte-level BPE tokenizer and a Qwen3-like chat
-    template, trained until it answers each fixture prompt with its fixture response (near-deterministic at
-    temperature 0.6)."""
+    template, trained until it answers each fixture prompt with its fixture response: at the evaluation's sampling
+    (eval.generate.SamplingConfig: temperature 0.6, top_p 0.95) every token of every response holds more than top_p
+    of the probability (checked here; about 0.9997 at the least), so nucleus sampling keeps that token alone and the
+    sampled answers are the fixture's on any machine, whatever its random draws or floating-point path."""
     import torch
     from testkit import tiny_qwen3
 
+    from eval.generate import SamplingConfig
     from sarl.backends.trl.policy import build_tokenizer
 
     pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
@@ -150,6 +153,17 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     finally:
         torch.set_num_threads(threads)
     assert loss.item() < 0.05, f"the tiny model did not learn its answers (loss {loss.item():.3f})"
+    sampling = SamplingConfig()
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # position t predicts token t + 1
+    targets, answer = labels[:, 1:], labels[:, 1:] != -100
+    probs = torch.softmax(logits / sampling.temperature, dim=-1)
+    p_answer = probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[answer]
+    assert p_answer.min().item() > sampling.top_p, (
+        f"an answer token has {p_answer.min().item():.4f} of the probability at temperature {sampling.temperature}, "
+        f"not more than top_p={sampling.top_p}: its sample would depend on the random draw"
+    )
     model.generation_config.eos_token_id = hf.eos_token_id
     model.save_pretrained(path)
     hf.save_pretrained(path)

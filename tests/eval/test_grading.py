@@ -111,15 +111,16 @@ def test_extract_answer_matches_the_brace_scanning_reference(pieces):
     ],
 )
 def test_extract_answer_is_linear_on_pathological_text(text, answer, monkeypatch):
-    """About 100 KB each, well under a second (tens of milliseconds here): the former extraction rescanned the
-    rest of the text for every unclosed `\\boxed{`, 39-41 s on 70-90 KB of such text and 119 s on the first
-    input here."""
+    """About 100 KB each, tens of milliseconds here: the former extraction rescanned the rest of the text for every
+    unclosed `\\boxed{`, 39-41 s on 70-90 KB of such text and 119 s on the first input here. Linearity itself is
+    asserted by the pass count; the wall-clock bound is one a loaded CI machine keeps, far below the quadratic
+    scan's."""
     passes = []
     real = extract_module._matching_braces
     monkeypatch.setattr(extract_module, "_matching_braces", lambda t, s: passes.append(s) or real(t, s))
     start = time.perf_counter()
     assert extract_answer(text) == answer
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10.0
     assert len(passes) <= 1  # the braces are matched in one pass, whatever the number of box commands
 
 
@@ -232,13 +233,18 @@ def test_classes_do_not_depend_on_order(grader):
         assert sorted(reps2) == sorted(reps)  # same representatives
 
 
+# The timeout of the timeout tests: a fresh worker's first check (sympy's first use) takes about 0.2 s on an idle
+# 2-core machine and several times that on a loaded one, and must finish within it; PATHOLOGICAL never does.
+TIMEOUT_S = 3.0
+
+
 def test_timeout_is_counted_and_does_not_hang(no_cost_estimate):
-    g = Grader(timeout_s=1.0)
+    g = Grader(timeout_s=TIMEOUT_S)
     try:
         assert g.check("1/2", "0.5").ok  # worker up
         start = time.monotonic()
         verdict = g.check(PATHOLOGICAL, "5")
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < TIMEOUT_S + 10  # the timeout and the kill, not a hang
         assert verdict == grading.Verdict(False, timed_out=True)
         assert g.stats()["timeouts"] == 1
         assert g.check(PATHOLOGICAL, "5").timed_out  # cached: no second wait
@@ -250,7 +256,7 @@ def test_timeout_is_counted_and_does_not_hang(no_cost_estimate):
 
 
 def test_timeout_works_off_the_main_thread(no_cost_estimate):
-    g = Grader(timeout_s=1.0)
+    g = Grader(timeout_s=TIMEOUT_S)
     results = []
 
     def work():
@@ -269,7 +275,7 @@ def test_timeout_works_off_the_main_thread(no_cost_estimate):
 
 
 def test_module_level_api_uses_the_configured_grader():
-    g = grading.configure(timeout_s=1.0)
+    g = grading.configure(timeout_s=TIMEOUT_S)
     try:
         assert grading.default_grader() is g
         assert not is_equivalent("9^{9^{9^{9^{9}}}}", "3")  # over the cost bound: never reaches the worker
@@ -330,7 +336,9 @@ OVERSIZED = [
 
 def test_oversized_answers_are_rejected_before_math_verify():
     """Beyond MAX_ANSWER_CHARS characters or MAX_BRACE_DEPTH nested braces, as prediction or gold: not
-    equivalent, counted under `rejected`, each in well under 50 ms, and the worker is never started."""
+    equivalent, counted under `rejected`, and the worker is never started. Each takes well under 50 ms here; the
+    wall-clock bound, for all of them together, is one a loaded CI machine keeps (one answer that reached
+    math-verify would start the worker, which is asserted apart, and cost seconds)."""
     g = Grader(timeout_s=5.0)
     try:
         start = time.perf_counter()
@@ -338,7 +346,7 @@ def test_oversized_answers_are_rejected_before_math_verify():
         verdicts += [g.parses(a) for a in OVERSIZED]
         elapsed = time.perf_counter() - start
         assert verdicts == [grading.Verdict(False, rejected=True)] * (3 * len(OVERSIZED))
-        assert elapsed < 0.05 * len(verdicts)
+        assert elapsed < 5.0
         stats = g.stats()
         assert stats["rejected"] == 3 * len(OVERSIZED)
         assert stats.get("worker_starts", 0) == 0 and stats.get("worker_calls", 0) == 0

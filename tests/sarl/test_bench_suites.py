@@ -174,7 +174,8 @@ def test_quick_code_exec_suite():
         "plain subprocess.run, one at a time",
     }
     assert all(row["outcomes"] == [row["expected"]] for row in out["hostile"].values()), out["hostile"]
-    assert all(row["worst_wall_s"] < 1.0 + 1.0 for row in out["hostile"].values()), out["hostile"]  # limit + 1 s
+    # the 1 s limit plus the kill, with room for a loaded machine: unbounded, a hostile program runs 60 s or for ever
+    assert all(row["worst_wall_s"] < 1.0 + 10.0 for row in out["hostile"].values()), out["hostile"]
     assert out["per_core_ratio"] > 0 and set(out["programs_per_cpu_s"]) == set(out["programs_per_s"])
 
 

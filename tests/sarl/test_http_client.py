@@ -91,15 +91,17 @@ def deadline_embedder(url: str) -> HTTPEmbedder:
     return HTTPEmbedder(url=url, model="m", timeout_s=DEADLINE_S, max_retries=1, backoff_s=0.01)
 
 
-# Bounds: an attempt ends within the deadline plus one trickle gap (1.5 s); the assertions allow 2x the
-# deadline per attempt. Before the deadline existed, each attempt took the whole trickle (20 s).
+# An attempt ends within the deadline plus one trickle gap (1.5 s). Before the deadline existed, each attempt took
+# the whole trickle (20 s): the bound asserted is well under one whole trickle, a correctness bound on the deadline
+# that a loaded CI machine keeps, not a benchmark.
+TRICKLE_BOUND_S = 10.0
 
 
 def test_embedder_gives_up_at_the_deadline(trickle_server):
     server = trickle_server(embeddings_answer, trickle=2)
     with deadline_embedder(server.url) as emb, Stopwatch() as took:
         res = emb.embed(["a", "bb"])
-    assert took.s < 2 * 2 * DEADLINE_S, took.s
+    assert took.s < TRICKLE_BOUND_S, took.s
     assert set(res.failed) == {0, 1}
     assert res.failed[0].startswith(f"embedding timeout: {server.url}/v1/embeddings after 2 attempts")
     assert f"no answer within {DEADLINE_S:g} s" in res.failed[0] and "DeadlineExceeded" in res.failed[0]
@@ -110,7 +112,7 @@ def test_embedder_retries_after_a_trickled_attempt(trickle_server):
     server = trickle_server(embeddings_answer, trickle=1)
     with deadline_embedder(server.url) as emb, Stopwatch() as took:
         res = emb.embed(["a", "bb"])
-    assert took.s < 2 * DEADLINE_S + 1.0, took.s  # one cut attempt, then a prompt answer
+    assert took.s < TRICKLE_BOUND_S, took.s  # one cut attempt, then a prompt answer
     assert res.failed == {}
     assert res.vectors.shape == (2, 3)
     assert emb.stats.requests == 2 and emb.stats.retries == 1 and emb.stats.failed_requests == 0
@@ -122,7 +124,7 @@ def test_judge_client_gives_up_at_the_deadline(trickle_server):
     with Stopwatch() as took, pytest.raises(ChatRequestError, match="failed after 2 attempts.*DeadlineExceeded"):
         client.chat({"model": "m", "messages": []})
     client.close()
-    assert took.s < 2 * 2 * DEADLINE_S, took.s
+    assert took.s < TRICKLE_BOUND_S, took.s
     assert client.counts == {"requests": 2, "retries": 1, "failures": 1, "circuit_open": 0}
 
 
@@ -132,7 +134,7 @@ def test_judge_client_retries_after_a_trickled_attempt(trickle_server):
     with Stopwatch() as took:
         reply = client.chat({"model": "m", "messages": []})
     client.close()
-    assert took.s < 2 * DEADLINE_S + 1.0, took.s  # one cut attempt, then a prompt answer
+    assert took.s < TRICKLE_BOUND_S, took.s  # one cut attempt, then a prompt answer
     assert reply["choices"][0]["message"]["content"] == "fine"
     assert client.counts == {"requests": 2, "retries": 1, "failures": 0, "circuit_open": 0}
 
@@ -147,7 +149,7 @@ def test_generation_client_reports_a_trickled_request_as_failed(trickle_server):
             lambda request, generation, error: results.append((generation, error)),
         )
     gen.close()
-    assert took.s < 2 * DEADLINE_S, took.s
+    assert took.s < TRICKLE_BOUND_S, took.s
     [(generation, error)] = results
     assert generation is None and "DeadlineExceeded" in error and "after 1 attempts" in error
     assert gen.client.counts == {"requests": 1, "retries": 0, "failures": 1, "circuit_open": 0}

@@ -332,8 +332,8 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     """Write verl's SFT config and the traces' parquet into the run directory and launch torchrun on them;
     `train.dry_run=true` prints the config and the command only."""
 
+    from sarl.backends.verl.process import run_verl_process
     from sarl.runtime.runs import dry_run_command, run_record, wandb_record
-    from sarl.runtime.signals import run_in_own_group
 
     check_enough_traces(cfg, experiment)
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
@@ -349,4 +349,4 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     (run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml").write_text(OmegaConf.to_yaml(config))
     if "wandb" in cfg.logger.backends:
         wandb_record(cfg, meta, run_dir, env)
-    return run_in_own_group(cmd, cwd=run_dir, env=env)  # Ctrl-C stops torchrun's whole group
+    return run_verl_process(cmd, run_dir, env, config.trainer.get("total_training_steps"))

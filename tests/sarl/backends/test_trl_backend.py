@@ -169,9 +169,11 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     run = only_run_dir(tmp_path)
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    # the learning signal is real: in most groups the rollouts' structure rewards differ
+    # the learning signal is real: in most groups the rollouts' structure rewards differ. Over the run's 32 groups,
+    # not per step of 8: which groups sample alike is the machine's sampled tokens (here 2 of 32, at most 1 of 8 a
+    # step), and a step of 8 has too few groups to bound on every machine
     zero_std = [r["reward/zero_std_frac"] for r in rows]
-    assert max(zero_std) < 0.5, zero_std
+    assert sum(zero_std) / len(zero_std) < 0.5, zero_std
     for key in ("reward/mean", "reward/std", "reward/sr/mean", "reward/C/mean", "reward/L/mean", "reward/failed"):
         assert all(r.get(key) is not None for r in rows), key
     assert all(r["reward/std"] > 0 for r in rows)

@@ -25,6 +25,7 @@ import pytest
 
 from sarl.backends.verl.cpu import sync_records
 from sarl.reports.figures import read_metrics_history
+from sarl.reports.progress import VERL_LOG
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
@@ -37,7 +38,8 @@ TRAINING_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_
 class Run:
     rc: int
     run_dir: Path
-    log: str
+    log: str  # what sarl.train printed (the console)
+    verl_log: str = ""  # what this command appended to verl's log files (verl.log of the run and of its stages)
 
     def history(self) -> list[dict]:
         return read_metrics_history(self.run_dir / "metrics.jsonl")
@@ -66,6 +68,7 @@ def run_row(run_dir: Path, row: str, *overrides: str, env: dict[str, str] | None
     if "policy_cache" in SHARED:
         cmd.append(f"++model.build.cache_dir={SHARED['policy_cache']}")
     start = time.monotonic()
+    before = {p: p.stat().st_size for p in run_dir.rglob(VERL_LOG)} if run_dir.is_dir() else {}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd,
@@ -89,7 +92,12 @@ def run_row(run_dir: Path, row: str, *overrides: str, env: dict[str, str] | None
         finally:
             if peak is not None:
                 peak.stop()
-    run = Run(rc, run_dir, log_path.read_text(errors="replace"))
+    appended = []
+    for path in sorted(run_dir.rglob(VERL_LOG)):
+        with path.open("rb") as f:
+            f.seek(before.get(path, 0))
+            appended.append(f.read().decode(errors="replace"))
+    run = Run(rc, run_dir, log_path.read_text(errors="replace"), "".join(appended))
     if peak is not None:
         record_timing(row, overrides, run, time.monotonic() - start, peak.gib)
     return run
@@ -141,7 +149,8 @@ def record_timing(row: str, overrides: tuple[str, ...], run: Run, wall_s: float,
 
 
 def tail(run: Run, n: int = 40) -> str:
-    lines = [x for x in run.log.splitlines() if "UserWarning" not in x and "warnings.warn" not in x]
+    text = run.log + "\n--- verl.log ---\n" + run.verl_log
+    lines = [x for x in text.splitlines() if "UserWarning" not in x and "warnings.warn" not in x]
     return "\n".join(lines[-n:])
 
 
@@ -154,6 +163,10 @@ def assert_trained(run: Run, steps: int = 2, first_step: int = 1, sparse: bool =
     (`reward/update_skipped`: every group left out, e.g. cut by the length cap under train.mask_truncated) or
     change nothing (every group scored alike); some step must train and change the weights."""
     assert run.rc == 0, tail(run)
+    said = {int(m.group(1)) for m in re.finditer(r"\] step (\d+)(?:/\d+)?  ", run.log)}
+    assert set(range(first_step, steps + 1)) <= said, f"the console said steps {sorted(said)}: {tail(run)}"
+    assert "per-step metrics" in run.log, tail(run)  # the closing table
+    assert "WorkerDict" not in run.log and "WorkerDict" in run.verl_log  # Ray's workers speak in verl.log only
     by_step = run.steps()
     for step in range(first_step, steps + 1):
         assert step in by_step, f"step {step} missing from metrics.jsonl: {sorted(by_step)}"
@@ -235,7 +248,7 @@ def test_resume_continues_from_the_last_checkpoint(gt_run):
     assert (gt_run.run_dir / "checkpoints" / "global_step_2").is_dir(), sorted(os.listdir(gt_run.run_dir))
     second = run_row(gt_run.run_dir, "grpo_gt_math", "train.total_training_steps=3")
     assert second.rc == 0, tail(second)
-    assert "global_step_2" in second.log and "Training from scratch" not in second.log, tail(second)
+    assert "global_step_2" in second.verl_log and "Training from scratch" not in second.verl_log, tail(second)
     by_step = assert_trained(second, steps=3, first_step=3)
     assert {1, 2} <= set(by_step)  # the first run's steps survive the resume
 
@@ -373,6 +386,6 @@ def test_lcs_paper_pipeline_sft_then_grpo_from_its_checkpoint(tmp_path):
     assert run.rc == 0, tail(run)
     sft = read_metrics_history(run.run_dir / "sft" / "metrics.jsonl")
     assert [int(r["step"]) for r in sft if "train/loss" in r] == [1, 2], sft
-    assert_trained(Run(run.rc, run.run_dir / "rl", run.log), steps=6, sparse=True)
+    assert_trained(Run(run.rc, run.run_dir / "rl", run.log, run.verl_log), steps=6, sparse=True)
     start = json.loads((run.run_dir / "pipeline.json").read_text())["stages"]["sft"]
     assert f"model.path={start}" in run.log
