@@ -26,7 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from sarl.structure.interface import USER_PROMPT_KEY, Reward, RewardOutput, RolloutBatch, check_reward, reward_class
+from sarl.structure.interface import (
+    USER_PROMPT_KEY,
+    Reward,
+    RewardFunction,
+    RewardOutput,
+    RolloutBatch,
+    check_reward,
+    reward_class,
+)
 from sarl.structure.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
 
 log = logging.getLogger(__name__)
@@ -47,8 +55,37 @@ _REWARDS: dict[str, Any] = {}
 _REWARDS_LOCK = threading.Lock()
 
 
+class RewardBuildError(RuntimeError):
+    """The reward could not be built in this process (the message names the class and the error)."""
+
+
+class RewardNotBuilt(RewardFunction):
+    """Stands in for a reward whose construction raised in this process (a verl reward worker, or the trainer for a
+    group reward): every call raises the construction's error, so each response it is asked to score is a failed
+    reward (`scored_or_failed`), left out of the advantage and counted, and `train.max_failed_steps` such steps in a
+    row stop the run, as for a reward whose scoring raises. Without it the error escaped into verl's reward loop,
+    which dropped the groups uncounted (and, all failing, ended in "no materializable trajectories"). It keeps the
+    real class's declared `group_reward`, `needs_prompt` and `diagnostic_keys` (read without building it)."""
+
+    def __init__(self, target: str, why: str) -> None:
+        super().__init__()
+        try:
+            cls = reward_class(target) if target else None
+        except Exception:  # the class itself cannot be imported: nothing to read off it
+            cls = None
+        self.group_reward = bool(getattr(cls, "group_reward", False))
+        self.needs_prompt = bool(getattr(cls, "needs_prompt", False))
+        keys = getattr(cls, "diagnostic_keys", ())
+        self.diagnostic_keys = tuple(keys) if isinstance(keys, (list, tuple)) else ()
+        self.why = why
+
+    def score(self, batch: RolloutBatch) -> list[RewardOutput]:
+        raise RewardBuildError(self.why)
+
+
 def reward_from_config(reward_cfg: dict) -> Reward:
-    """The reward object described by a resolved `conf/reward/*` node, built once per process."""
+    """The reward object described by a resolved `conf/reward/*` node, built once per process; where building it
+    raises, a `RewardNotBuilt` that fails every call with that error (said once per process, with the traceback)."""
     from omegaconf import OmegaConf
 
     if OmegaConf.is_config(reward_cfg):
@@ -58,7 +95,14 @@ def reward_from_config(reward_cfg: dict) -> Reward:
         if key not in _REWARDS:
             from hydra.utils import instantiate
 
-            _REWARDS[key] = check_reward(instantiate(reward_cfg))
+            target = str(reward_cfg.get("_target_", "")) if isinstance(reward_cfg, dict) else ""
+            try:
+                _REWARDS[key] = check_reward(instantiate(reward_cfg))
+            except Exception as err:  # any error of the reward's own constructor or its dependencies
+                cause = err.__cause__ if err.__cause__ is not None else err  # Hydra wraps the constructor's error
+                why = f"{target.rpartition('.')[2] or 'the reward'} could not be built: {type(cause).__name__}: {cause}"
+                log.exception("%s; every response it is asked to score is a failed reward", why)
+                _REWARDS[key] = RewardNotBuilt(target, why.splitlines()[0])
         return _REWARDS[key]
 
 

@@ -226,13 +226,15 @@ def test_ppo_sarl_math_trains_the_critic_with_gae(tmp_path):
         assert "critic/values/mean" in by_step[step]
 
 
-def test_a_reward_that_raises_stops_the_run_with_one_line(tmp_path):
-    """verl would sample a group whose reward raised again for ever; here each such response is a failed reward,
-    left out and counted, and train.max_failed_steps steps of them stop the run (exit 1, one line)."""
+def test_a_reward_that_cannot_be_built_in_the_reward_workers_is_counted_and_stops_the_run(tmp_path):
+    """A reward whose constructor raises in verl's reward workers: each response is a failed reward (left out,
+    counted in reward/failed, not dropped by verl's reward loop), and train.max_failed_steps such steps stop the run
+    (exit 1, one line). verl would otherwise sample such groups again for ever. The same failed outputs come from a
+    reward whose scoring raises (sarl.structure.metrics.scored_or_failed; tests/sarl/backends/test_verl_reward.py)."""
     run = run_row(
         tmp_path / "raises",
         "grpo_gt_math",
-        "reward._target_=sarl_raising_reward.RaisingReward",
+        "reward._target_=sarl_raising_reward.RaisingInitReward",
         "train.max_failed_steps=1",
         env={"PYTHONPATH": str(REPO / "tests" / "fixtures" / "rewards")},
     )
@@ -240,6 +242,10 @@ def test_a_reward_that_raises_stops_the_run_with_one_line(tmp_path):
     stops = [x for x in run.log.splitlines() if x.startswith("training stopped:")]
     assert len(stops) == 1, tail(run)
     assert "no usable reward in 1 consecutive steps" in stops[0]
+    assert "RaisingInitReward could not be built: FileNotFoundError" in run.verl_log
+    assert re.search(r"last: (\d+) of \1 rewards failed\)", stops[0]), stops[0]  # every response counted
+    validation = run.steps()[0]  # the validation before training scored them as failed too, counted
+    assert validation["val-aux/smoke_arithmetic/failed/mean@1"] == 1.0, validation
 
 
 def test_resume_continues_from_the_last_checkpoint(gt_run):

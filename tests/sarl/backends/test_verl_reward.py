@@ -223,3 +223,29 @@ def test_group_path_takes_the_prepared_user_prompt_over_the_decoded_template(tok
     data.non_tensor_batch["extra_info"] = np.array([{"index": 0, "user_prompt": "What is x?"}, {"index": 1}])
     batch = rollout_batch_from_dataproto(data, tokenizer)
     assert batch.prompts == ["What is x?", "q b"]  # the second row has none: its decoded prompt tokens
+
+
+def test_a_reward_that_cannot_be_built_fails_each_call_counted_on_both_paths(tokenizer, verl_batch, monkeypatch):
+    """A reward whose constructor raises in a reward worker (per-sample path) or in the trainer (group path) scores
+    every response as a failed reward naming the error (left out, counted: the trainer stops the run after
+    train.max_failed_steps), built once per process, not an exception into verl's reward loop."""
+    import sarl.backends.verl.reward as bridge
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "fixtures" / "rewards"))
+    monkeypatch.setattr(bridge, "_REWARDS", {})
+    cfg = {"_target_": "sarl_raising_reward.RaisingInitReward"}
+    data = verl_batch(tokenizer, ["q"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
+
+    async def per_sample():
+        return await asyncio.gather(*[bridge.compute_score("math", r, None, {}, reward=cfg) for r in RESPONSES])
+
+    rows = asyncio.run(per_sample())
+    assert rows == [{"score": 0.0, "failed": 1.0}] * 4
+    obj = bridge.reward_from_config(cfg)
+    assert isinstance(obj, bridge.RewardNotBuilt) and obj is bridge.reward_from_config(cfg)  # built (tried) once
+    assert (
+        obj.why
+        == "RaisingInitReward could not be built: FileNotFoundError: the reward's model file is not on this node"
+    )
+    out, metrics = reward_dataproto(data, obj, tokenizer)  # the group path: what the trainer does with it
+    assert metrics["reward/failed"] == 4.0 and out.batch["rm_scores"].sum().item() == 0.0
