@@ -23,9 +23,13 @@ class WeightedSumReward(RewardFunction):
     failure_label = "weighted-sum reward"
 
     def __init__(
-        self, components: Mapping[str, Reward], weights: Mapping[str, float], failed_score: float = 0.0
+        self,
+        components: Mapping[str, Reward],
+        weights: Mapping[str, float],
+        failed_score: float = 0.0,
+        threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(threads)
         if not components:
             raise ValueError("WeightedSumReward needs at least one component")
         if set(components) != set(weights):
@@ -34,6 +38,9 @@ class WeightedSumReward(RewardFunction):
         if bad:
             raise ValueError(f"weights must be finite, got {bad}")
         self.components = {name: check_reward(reward) for name, reward in components.items()}
+        for reward in self.components.values():  # one thread cap per reward process: the joint reward's
+            if hasattr(reward, "threads"):
+                reward.threads = threads
         self.weights = {k: float(v) for k, v in weights.items()}
         self.failed_score = float(failed_score)
 

@@ -28,6 +28,7 @@ from eval.grading.grader import Grader, default_grader
 from sarl.structure.embed.base import Embedder, embed_rows
 from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import sanitize
+from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,9 @@ class EMPOReward(RewardFunction):
         embedder: Embedder | None = None,
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
+        threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(threads)
         if mode not in MODES:
             raise ValueError(f"EMPO mode {mode!r} not found; choose one of: {', '.join(MODES)}")
         if mode == "open_ended" and embedder is None:
@@ -151,5 +153,6 @@ class EMPOReward(RewardFunction):
             grader = self.grader or default_grader()
             labels, _ = grader.classes([answers[i] for i in rows])
         else:
-            labels = single_linkage_clusters(vectors[rows].astype(np.float64), self.threshold)
+            with limited(self.threads):  # the group's cosine similarities: the reward's thread cap
+                labels = single_linkage_clusters(vectors[rows].astype(np.float64), self.threshold)
         return dict(zip(rows, labels))

@@ -32,6 +32,7 @@ from eval.grading.grader import Grader, default_grader
 from sarl.structure.embed.base import Embedder, embed_rows
 from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import extract_reasoning, sanitize
+from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,9 @@ class EvolRLReward(RewardFunction):
         eps: float = 1e-8,
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
+        threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(threads)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
         if eps <= 0:
@@ -146,7 +148,9 @@ class EvolRLReward(RewardFunction):
             u_tilde = {i: 0.0 for i in rows if valid[i]}
             if embedded:
                 v = vectors[embedded].astype(np.float64)
-                raw, norm = novelty_scores(v @ v.T, np.array([in_majority[i] for i in embedded]), self.alpha, self.eps)
+                with limited(self.threads):  # the group's Gram product and novelty: the reward's thread cap
+                    gram = v @ v.T
+                    raw, norm = novelty_scores(gram, np.array([in_majority[i] for i in embedded]), self.alpha, self.eps)
                 u.update(zip(embedded, raw.tolist()))
                 u_tilde.update(zip(embedded, norm.tolist()))
             for i in rows:

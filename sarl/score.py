@@ -48,6 +48,7 @@ from rich.table import Table
 
 from sarl.runtime.errors import UserError, check_output_file, check_writable_dir, report_user_errors
 from sarl.structure.interface import Reward, RewardOutput, RolloutBatch, reward_class
+from sarl.structure.interface import build_reward as build_reward_node
 from sarl.structure.metrics import batch_diagnostic_keys
 from sarl.structure.reward import StructureAnalysis, StructureReward
 
@@ -304,9 +305,11 @@ def build_reward(cfg: DictConfig, name: str) -> Reward:
     """The reward `cfg.reward` describes; a setting it refuses (a ValueError, a missing model path) is a
     UserError naming the reward."""
     try:
-        return hydra.utils.instantiate(cfg.reward)
+        return build_reward_node(cfg.reward)
     except InstantiationException as err:
         raise UserError(f"reward={name} cannot be built: {_one_line(err.__cause__ or err)}") from err
+    except ValueError as err:  # reward.threads
+        raise UserError(f"reward={name} cannot be built: {_one_line(err)}") from err
 
 
 def write_scores(

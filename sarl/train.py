@@ -241,8 +241,12 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
             "on a GPU node with `pip install -e .[gpu]`"
         ) from err
+    from sarl.backends.verl.config import reward_cores_problem
     from sarl.preflight import run_cheap_checks
 
+    cores = reward_cores_problem(cfg, reward_cfg)
+    if cores:
+        raise UserError(cores)
     run_cheap_checks(cfg, verl_cfg, run_dir)
     meta, env = run_record(cfg, choices, experiment, run_dir)
     with server if server is not None else contextlib.nullcontext():

@@ -12,6 +12,7 @@ from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance,
 from baselines.structured_prompt import STEP_MODES, format_score, parse_structured
 from eval.grading.grader import Grader, default_grader
 from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,9 @@ class MaxFlowReward(RewardFunction):
         failed_score: float = 0.0,
         grader: Grader | None = None,
         attention: StepAttention | None = None,
+        threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(threads)
         if step_mode not in STEP_MODES:
             raise ValueError(f"step_mode {step_mode!r} is not valid; choose one of: {', '.join(STEP_MODES)}")
         if tau < 0:
@@ -145,6 +147,7 @@ class MaxFlowReward(RewardFunction):
         prefix = self.attention.prefix(prompt)
         starts = [0] + [len(prefix) + s.start for s in steps] + [len(prefix) + answer_start]
         att = self.attention(prefix + parsed.text, starts)
-        cap = capacity_graph(att, self.tau)
-        flow, delta = step_importance(cap)
+        with limited(self.threads):  # the flow and its per-step deltas: the reward's thread cap
+            cap = capacity_graph(att, self.tau)
+            flow, delta = step_importance(cap)
         return quality_from_importance(delta), flow, int((cap > 0).sum()), last_step

@@ -108,6 +108,7 @@ VALUE_RULES: dict[str, tuple[Any, str]] = {
     "heldout.top_p": (lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
     "embedding_server.gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
     "backend.rollout_gpu_memory_utilization": (lambda v: isinstance(v, (int, float)) and 0 < v < 1, "in (0, 1)"),
+    "reward.threads": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (or null: leave the thread pools)"),
 }
 
 

@@ -142,7 +142,14 @@ class RewardFunction(abc.ABC):
     diagnostic_keys: Sequence[str] = ()
     failure_label: ClassVar[str] = ""  # names the reward in the failure warning; default: the class name
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = 1) -> None:
+        """`threads`: the BLAS/OpenMP threads of the reward's numerical kernels per call (sarl.structure.threads;
+        `threads` in its conf/reward/*.yaml); None leaves the pools as the process has them."""
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(
+                f"reward threads={threads!r}: a positive number of threads, or null to leave them as they are"
+            )
+        self.threads = threads
         self.failure_counts: Counter[str] = Counter()
 
     @abc.abstractmethod
@@ -187,6 +194,13 @@ def check_reward(reward: Any) -> Any:
             "(derive it from sarl.structure.interface.RewardFunction)"
         )
     return reward
+
+
+def build_reward(node: Any, **kwargs: Any) -> Any:
+    """A `conf/reward/*` node built (Hydra's instantiate, `kwargs` passed on) and checked against the contract."""
+    from hydra.utils import instantiate
+
+    return check_reward(instantiate(node, **kwargs))
 
 
 def reward_class(target: str) -> type:

@@ -20,6 +20,7 @@ from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import VARIANTS, GraphMetrics, graph_metrics_batch
 from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import NO_THINK_MODES, ParsedSteps, parse_steps
+from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,9 @@ class StructureReward(RewardFunction):
         max_steps: int = 1024,
         failed_score: float = 0.0,
         k_rule: str = DEFAULT_K_RULE,
+        threads: int | None = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(threads)
         if variant not in VARIANTS:
             raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
         if clustering not in METHODS:
@@ -171,9 +173,10 @@ class StructureReward(RewardFunction):
         ok = sorted(embeddings)
         labels: dict[int, np.ndarray] = {}
         try:
-            clusters, metrics = structure_metrics_from_embeddings(
-                [embeddings[i] for i in ok], self.clustering, self.seed, self.k_rule
-            )
+            with limited(self.threads):  # Gram products, clustering, graph metrics: the reward's thread cap
+                clusters, metrics = structure_metrics_from_embeddings(
+                    [embeddings[i] for i in ok], self.clustering, self.seed, self.k_rule
+                )
             scores = metrics.rewards(self.variant)
             full = metrics.rewards("sarl")
         except Exception as err:  # defensive: the batched stage must not take the run down

@@ -392,14 +392,12 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     recorder = MetricsRecorder(metrics_path, wandb_run)
     try:
         if cfg.algorithm.name == "grpo":
-            from hydra.utils import instantiate
-
             from sarl.backends.trl.rewards import TRLReward
             from sarl.backends.trl.trainer import SarlGRPOTrainer
-            from sarl.structure.interface import check_reward
+            from sarl.structure.interface import build_reward
 
             shared = {"embedder": embedder} if embedder is not None and reward_node.get("embedder") else {}
-            reward_obj = check_reward(instantiate(reward_node, **shared))  # one embedder for reward and held-out
+            reward_obj = build_reward(reward_node, **shared)  # one embedder for reward and held-out
             problem = reward_obj.check_ready()
             if problem is not None:
                 log.error("the reward cannot run, stopping before step 1: %s", problem)

@@ -345,3 +345,22 @@ def _with_stand_in_critic_model(config: DictConfig, folder: str) -> DictConfig:
         checked.critic.model.tokenizer_path = None
         checked.critic.model.load_tokenizer = False
     return checked
+
+
+def reward_cores_problem(cfg: DictConfig, reward_cfg: dict, cores: int | None = None) -> str | None:
+    """Why the reward processes would ask for more threads than this node has cores (each of verl's
+    `backend.reward_num_workers` reward workers, or the trainer for a group reward, runs the reward's kernels on
+    `reward.threads` threads: sarl/structure/threads.py), else None. `cores`: this process's CPUs (the allocation's,
+    under SLURM)."""
+    from sarl.backends.verl.reward import is_group_reward
+
+    cores = cores or len(os.sched_getaffinity(0))
+    threads = int(reward_cfg.get("threads") or 1)
+    workers = 1 if is_group_reward(reward_cfg) else max(1, int(cfg.backend.reward_num_workers))
+    if workers * threads <= cores:
+        return None
+    return (
+        f"backend.reward_num_workers={workers} x reward.threads={threads} = {workers * threads} threads, more than the "
+        f"{cores} cores here: their thread pools would spin against each other; lower reward.threads (1 is right for "
+        "per-response kernels) or backend.reward_num_workers"
+    )

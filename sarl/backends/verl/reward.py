@@ -32,7 +32,7 @@ from sarl.structure.interface import (
     RewardFunction,
     RewardOutput,
     RolloutBatch,
-    check_reward,
+    build_reward,
     reward_class,
 )
 from sarl.structure.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
@@ -93,11 +93,9 @@ def reward_from_config(reward_cfg: dict) -> Reward:
     key = hashlib.sha256(json.dumps(reward_cfg, sort_keys=True, default=str).encode()).hexdigest()
     with _REWARDS_LOCK:
         if key not in _REWARDS:
-            from hydra.utils import instantiate
-
             target = str(reward_cfg.get("_target_", "")) if isinstance(reward_cfg, dict) else ""
             try:
-                _REWARDS[key] = check_reward(instantiate(reward_cfg))
+                _REWARDS[key] = build_reward(reward_cfg)
             except Exception as err:  # any error of the reward's own constructor or its dependencies
                 cause = err.__cause__ if err.__cause__ is not None else err  # Hydra wraps the constructor's error
                 why = f"{target.rpartition('.')[2] or 'the reward'} could not be built: {type(cause).__name__}: {cause}"
