@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from sarl.bench.common import machine, print_machine, thread_settings
+from sarl.bench.common import busy_load, machine, print_machine, thread_settings
 from sarl.runtime.errors import UserError, report_user_errors
 
 SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec")
@@ -26,7 +26,45 @@ def effective_config(cfg: DictConfig) -> DictConfig:
 
 
 def run(cfg: DictConfig, console: Console, out_dir: Path | None = None) -> dict:
+    """The suite once; with `load=N` (N >= 1) under N busy processes, and the structure suite idle first, then
+    loaded, in one run (`idle` and `loaded` results)."""
+    load = int(cfg.get("load", 0) or 0)
+    if load < 0:
+        raise UserError(f"load={load}: the number of busy processes beside the benchmark, 0 or more")
+    if load and cfg.suite == "structure":
+        idle = run_once(cfg, console, out_dir, 0)
+        loaded = run_once(cfg, console, out_dir, load)
+        summarize_load(console, idle["structure"], loaded["structure"], load)
+        return {**loaded, "load": load, "structure": {"idle": idle["structure"], "loaded": loaded["structure"]}}
+    return {**run_once(cfg, console, out_dir, load), "load": load}
+
+
+def summarize_load(console: Console, idle: dict, loaded: dict, load: int) -> None:
+    """Each family and method's speed-up over the naive loop, idle and under load, side by side."""
+    from rich.table import Table
+
+    table = Table(title=f"structure stage: speed-up over the naive loop, idle and beside {load} busy processes")
+    for col in ("family", "method", "idle ours ms", "idle speed-up", "loaded ours ms", "loaded speed-up"):
+        table.add_column(col, justify="right")
+    for a, b in zip(idle["rows"], loaded["rows"]):
+        table.add_row(
+            a["family"],
+            a["method"],
+            f"{a['ours_ms']:.3f}",
+            f"{a['speedup']:.1f}x",
+            f"{b['ours_ms']:.3f}",
+            f"{b['speedup']:.1f}x",
+        )
+    console.print(table)
+
+
+def run_once(cfg: DictConfig, console: Console, out_dir: Path | None, load: int) -> dict:
     section = effective_config(cfg)
+    with busy_load(load, float(cfg.load_max_s), console):
+        return _run_suite(cfg, section, console, out_dir)
+
+
+def _run_suite(cfg: DictConfig, section: DictConfig, console: Console, out_dir: Path | None) -> dict:
     start = machine()
     print_machine(console, "start", start)
     with thread_settings(cfg.threads, console) as threads:

@@ -97,3 +97,34 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
         return (tracemalloc.get_traced_memory()[1] - before) / 2**20
     finally:
         tracemalloc.stop()
+
+
+BUSY_CODE = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextmanager
+def busy_load(n: int, max_s: float, console: Console) -> Iterator[list[int]]:
+    """`n` busy processes beside the measurement (each spins on one core, as a training node's reward workers, data
+    loaders and rollout engine keep theirs busy), started here, bounded by `max_s` seconds each (they end by
+    themselves if this process dies) and stopped here by their process ids. Yields the ids."""
+    import subprocess
+    import sys
+
+    procs = [
+        subprocess.Popen([sys.executable, "-c", BUSY_CODE.format(seconds=float(max_s))], stdin=subprocess.DEVNULL)
+        for _ in range(int(n))
+    ]
+    if procs:
+        console.print(f"load: {n} busy processes (pids {', '.join(str(p.pid) for p in procs)}, at most {max_s:.0f} s)")
+        time.sleep(0.5)  # running before the first measurement
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

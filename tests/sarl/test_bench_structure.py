@@ -83,3 +83,42 @@ def test_structure_suite_from_the_command_line(tmp_path):
     assert OmegaConf.create(result["config"]).n_responses == 12
     proc = run_module("sarl.bench", "suite=nope", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "suite='nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_load_runs_the_structure_suite_idle_then_beside_busy_processes_that_it_stops(monkeypatch):
+    import psutil
+
+    import sarl.bench.common as common
+
+    started: list[int] = []
+    real = common.busy_load
+
+    def recording(n, max_s, console):
+        cm = real(n, max_s, console)
+
+        class Wrapped:
+            def __enter__(self):
+                pids = cm.__enter__()
+                started.extend(pids)
+                assert all(psutil.Process(p).is_running() for p in pids)
+                return pids
+
+            def __exit__(self, *exc):
+                return cm.__exit__(*exc)
+
+        return Wrapped()
+
+    import sarl.bench.__main__ as bench_main
+
+    monkeypatch.setattr(bench_main, "busy_load", recording)
+    console = Console(width=200, record=True)
+    small = ["structure.families=[random]", "structure.methods=[kmeans]", "structure.scale_responses=0"]
+    cfg = bench_config(["suite=structure", "quick=true", "load=1", "load_max_s=120", "structure.repeats=1", *small])
+    out = run(cfg, console)
+    assert out["load"] == 1 and set(out["structure"]) == {"idle", "loaded"}
+    assert len(started) == 1  # none while idle, one while loaded
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in started)
+    text = console.export_text()
+    assert "speed-up over the naive loop, idle and beside 1 busy processes" in text and "load: 1 busy processes" in text
+    with pytest.raises(UserError, match="load=-1"):
+        run(bench_config(["suite=grading", "quick=true", "load=-1"]), console)
