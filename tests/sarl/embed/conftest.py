@@ -170,9 +170,10 @@ def minilm_dir() -> str:
     return bundled_minilm_path()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server(minilm_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a vLLM CPU server embedding with MiniLM (served as "minilm")."""
+    """Base URL of a vLLM CPU server embedding with MiniLM (served as "minilm"), for the module that asks (only
+    test_http.py): stopped when it ends, not held idle, with its memory, until the end of the session."""
     python = VLLM_VENV / "bin" / "python"
     if not python.exists() or not VLLM_STAMP.exists():
         state = "is incomplete" if python.exists() else "is missing"
