@@ -123,30 +123,53 @@ def verl_batch():
 # -- one pytest worker per core (`make test`: pytest -n auto) -------------------------------------------------------
 #
 # pytest-xdist gives each worker whole files (a module's fixtures are built once), and whole groups where files share
-# a resource that one worker should start: the local SLURM cluster, the vLLM embedding server. Groups are handed out
-# longest first (the verl CPU runs alone take about 40 min), so no long group starts last; the order below is from
-# measured times (docs/results.md "Test suite time").
+# a resource that one worker should start: the local SLURM cluster, the vLLM embedding server. The verl CPU runs
+# (about half of the suite's time) are two units, split by the tiny policy they train and balanced by measured time,
+# so that both workers run them; the tests that share a module fixture (the gt run and its resume; the vLLM
+# embedding server) stay in one. Units are handed out longest first (measured, docs/results.md "Test suite time"),
+# so no long unit starts last.
 SCOPE_GROUPS = {"tests/slurm/": "tests/slurm/", "tests/sarl/embed/": "tests/sarl/embed/"}
+VERL_CPU = "tests/sarl/backends/test_verl_cpu.py"
+VERL_CPU_SECOND = (  # the graph and tagged policies' rows, the code row, the Dr. GRPO and EVOL-RL rows
+    "test_pasc_grpo_grp_math",
+    "test_grpo_lcs_maxflow_math",
+    "test_lcs_paper_pipeline",
+    "test_grpo_code_exec",
+    "test_dr_grpo_paper",
+    "test_evol_rl_paper",
+)
 LONGEST_FIRST = (
-    "tests/sarl/backends/test_verl_cpu.py",
+    VERL_CPU,
+    VERL_CPU + "#2",
     "tests/slurm/",
-    "tests/sarl/backends/test_trl_backend.py",
     "tests/eval/test_eval_run.py",
+    "tests/sarl/backends/test_verl_trainer.py",
+    "tests/eval/test_eval_generate.py",
+    "tests/gpu/test_gpu_configs.py",
+    "tests/sarl/test_bench_suites.py",
+    "tests/sarl/test_bench_structure.py",
+    "tests/sarl/backends/test_vllm_faults.py",
+    "tests/sarl/backends/test_trl_backend.py",
+    "tests/sarl/embed/",
 )
 
 
 def work_scope(nodeid: str) -> str:
-    """The unit of work one worker runs: a test file, or its group in SCOPE_GROUPS."""
-    path = nodeid.split("::", 1)[0]
+    """The unit of work one worker runs: a test file, its group in SCOPE_GROUPS, or the verl CPU runs' half."""
+    path, _, name = nodeid.partition("::")
+    if path == VERL_CPU and name.startswith(VERL_CPU_SECOND):
+        return VERL_CPU + "#2"
     return next((group for prefix, group in SCOPE_GROUPS.items() if path.startswith(prefix)), path)
 
 
 def scope_rank(scope: str) -> int:
-    return next((i for i, prefix in enumerate(LONGEST_FIRST) if scope.startswith(prefix)), len(LONGEST_FIRST))
+    return next(
+        (i for i, unit in enumerate(LONGEST_FIRST) if scope == unit or scope.startswith(unit + "/")), len(LONGEST_FIRST)
+    )
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest scopes first (a stable sort: the rest keep their order). Every worker sorts the same way, so the
+    """The longest units first (a stable sort: the rest keep their order). Every worker sorts the same way, so the
     collections stay identical, as pytest-xdist requires."""
     items.sort(key=lambda item: scope_rank(work_scope(item.nodeid)))
 

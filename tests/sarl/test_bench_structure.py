@@ -2,6 +2,7 @@
 machine/load/date lines are there, and the label checks hold. No timing is asserted."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -73,52 +74,27 @@ def test_unknown_suite_is_a_user_error():
 
 
 @pytest.mark.slow
-def test_structure_suite_from_the_command_line(tmp_path):
-    structure = ["structure.families=[random]", "structure.methods=[hdbscan]"]
-    proc = run_module("sarl.bench", "quick=true", *structure, f"hydra.run.dir={tmp_path}", timeout=600)
+def test_structure_suite_from_the_command_line_idle_and_beside_a_busy_process_it_stops(tmp_path):
+    """`load=1`: the suite idle, then beside one busy process that the bench started and stops (by its pid), both
+    speed-ups side by side in one run."""
+    import psutil
+
+    structure = ["structure.families=[random]", "structure.methods=[hdbscan]", "structure.scale_responses=0"]
+    args = ("quick=true", "load=1", "load_max_s=300", *structure, f"hydra.run.dir={tmp_path}")
+    proc = run_module("sarl.bench", *args, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "speed-up" in proc.stdout and "load average" in proc.stdout
+    assert "speed-up over the naive loop, idle and beside 1 busy processes" in proc.stdout
+    (pid,) = [int(x) for x in re.findall(r"load: 1 busy processes \(pids (\d+),", proc.stdout)]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # stopped
     result = json.loads((tmp_path / "bench.json").read_text())
-    assert result["suite"] == "structure" and result["machine_start"]["cores"] >= 1
+    assert result["suite"] == "structure" and result["machine_start"]["cores"] >= 1 and result["load"] == 1
+    assert set(result["structure"]) == {"idle", "loaded"} and result["structure"]["loaded"]["rows"]
     assert OmegaConf.create(result["config"]).n_responses == 12
     proc = run_module("sarl.bench", "suite=nope", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "suite='nope'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_load_runs_the_structure_suite_idle_then_beside_busy_processes_that_it_stops(monkeypatch):
-    import psutil
-
-    import sarl.bench.common as common
-
-    started: list[int] = []
-    real = common.busy_load
-
-    def recording(n, max_s, console):
-        cm = real(n, max_s, console)
-
-        class Wrapped:
-            def __enter__(self):
-                pids = cm.__enter__()
-                started.extend(pids)
-                assert all(psutil.Process(p).is_running() for p in pids)
-                return pids
-
-            def __exit__(self, *exc):
-                return cm.__exit__(*exc)
-
-        return Wrapped()
-
-    import sarl.bench.__main__ as bench_main
-
-    monkeypatch.setattr(bench_main, "busy_load", recording)
-    console = Console(width=200, record=True)
-    small = ["structure.families=[random]", "structure.methods=[kmeans]", "structure.scale_responses=0"]
-    cfg = bench_config(["suite=structure", "quick=true", "load=1", "load_max_s=120", "structure.repeats=1", *small])
-    out = run(cfg, console)
-    assert out["load"] == 1 and set(out["structure"]) == {"idle", "loaded"}
-    assert len(started) == 1  # none while idle, one while loaded
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in started)
-    text = console.export_text()
-    assert "speed-up over the naive loop, idle and beside 1 busy processes" in text and "load: 1 busy processes" in text
+def test_a_negative_load_is_one_line(capsys):
     with pytest.raises(UserError, match="load=-1"):
-        run(bench_config(["suite=grading", "quick=true", "load=-1"]), console)
+        run(bench_config(["suite=grading", "quick=true", "load=-1"]), Console(width=120))
