@@ -13,7 +13,7 @@ main: setup
 test: setup setup-vllm
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest -n auto
+	SARL_REQUIRE_VLLM=1 .venv/bin/python -m pytest -n auto --durations=30
 
 bench: setup setup-vllm
 	.venv/bin/python -m sarl.bench
