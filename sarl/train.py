@@ -244,10 +244,10 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     from sarl.backends.verl.config import reward_cores_problem
     from sarl.preflight import run_cheap_checks
 
-    cores = reward_cores_problem(cfg, reward_cfg)
-    if cores:
-        raise UserError(cores)
     run_cheap_checks(cfg, verl_cfg, run_dir)
+    cores = reward_cores_problem(cfg, reward_cfg)
+    if cores:  # slower, not wrong: said, and the run goes on
+        log.warning("%s", cores)
     meta, env = run_record(cfg, choices, experiment, run_dir)
     with server if server is not None else contextlib.nullcontext():
         check_reward_dependencies(reward_cfg)  # the server is up: a dead endpoint stops the run before verl starts

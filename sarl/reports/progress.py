@@ -70,7 +70,7 @@ class StepLines:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
                 chunk = f.read()
-        except FileNotFoundError:
+        except OSError:  # not there yet, or unreadable for a moment: the next call tries again
             return
         end = chunk.rfind(b"\n") + 1
         self.offset += end

@@ -348,7 +348,8 @@ def _with_stand_in_critic_model(config: DictConfig, folder: str) -> DictConfig:
 
 
 def reward_cores_problem(cfg: DictConfig, reward_cfg: dict, cores: int | None = None) -> str | None:
-    """Why the reward processes would ask for more threads than this node has cores (each of verl's
+    """Why the reward processes would ask for more threads than this node has cores (sarl.train says it as a
+    warning after the GPU checks: oversubscribed pools are slow, not wrong). Each of verl's
     `backend.reward_num_workers` reward workers, or the trainer for a group reward, runs the reward's kernels on
     `reward.threads` threads: sarl/structure/threads.py), else None. `cores`: this process's CPUs (the allocation's,
     under SLURM)."""

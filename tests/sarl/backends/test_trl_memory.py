@@ -131,8 +131,9 @@ def test_dpo_open_dry_run_shows_bf16_checkpointing_fsdp_and_the_torchrun_command
         "sarl.backends.trl.worker",
         str(run),
     ]
-    first, second = err.strip().splitlines()[-2:]
+    first, note, second = err.strip().splitlines()[-3:]
     assert "-m sarl.train +exp=dpo_open" in first and first.count("run_dir=") == 1
+    assert note == f"# dry run: nothing written; a real run writes {run / 'config.yaml'} and runs:"
     assert "torch.distributed.run" in second and "--nproc_per_node=8" in second
     assert not run.exists()  # a dry run writes nothing
 
