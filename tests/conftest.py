@@ -120,7 +120,7 @@ def verl_batch():
     return _verl_batch
 
 
-# -- one pytest worker per core (`make test`: pytest -n auto) -------------------------------------------------------
+# -- one pytest worker per core (`make test`: pytest -n N, the Makefile) -----------------------------------------------
 #
 # pytest-xdist gives each worker whole files (a module's fixtures are built once), and whole groups where files share
 # a resource that one worker should start: the local SLURM cluster, the vLLM embedding server. The verl CPU runs
