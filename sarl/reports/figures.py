@@ -110,6 +110,10 @@ def change_pct(before: float, after: float) -> float:
     return (after - before) / before * 100.0
 
 
+# in a run directory: every back end's per-step records (TRL's recorder, verl's file logger)
+METRICS_FILE = "metrics.jsonl"
+
+
 def read_metrics_history(path: str | Path) -> list[dict]:
     """Rows of a metrics.jsonl (or of a run directory's), in step order, flat (`{"step", metric: value}`) whichever
     back end wrote it: TRL's lines are flat, verl's file logger writes `{"step", "data": {metric: value}}`, and
@@ -118,7 +122,7 @@ def read_metrics_history(path: str | Path) -> list[dict]:
     line) if it is missing or not JSON lines."""
     path = Path(path)
     if path.is_dir():
-        path = path / "metrics.jsonl"
+        path = path / METRICS_FILE
     if not path.is_file():
         raise ValueError(f"{path} does not exist: give a run directory with metrics.jsonl or the file itself")
     by_step = {}

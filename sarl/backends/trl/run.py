@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl import distributed
 from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
+from sarl.reports.figures import METRICS_FILE
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.weights import WEIGHT_FILES, trained_state, weights_problem
@@ -41,7 +42,6 @@ log = logging.getLogger("sarl.train.trl")
 
 
 FINAL_SUBDIR = "final"
-METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
 
 

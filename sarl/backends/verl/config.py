@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sarl.backends.verl.attention import PATCH_MODULE as ATTENTION_PATCH
 from sarl.backends.verl.attention import resolve_attn_implementation
+from sarl.reports.figures import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,6 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     return values
 
 
-METRICS_FILE = "metrics.jsonl"  # in the run directory: verl's file logger, one {"step", "data"} line per step
 PATCH_MODULE = "sarl.backends.verl.patches"  # imported by every process of a verl run (VERL_USE_EXTERNAL_MODULES)
 
 

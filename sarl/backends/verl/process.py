@@ -12,13 +12,11 @@ import time
 import warnings
 from pathlib import Path
 
-from sarl.reports.figures import read_metrics_history
+from sarl.reports.figures import METRICS_FILE, read_metrics_history
 from sarl.reports.progress import VERL_LOG, StepLines, log_tail, steps_table, stop_line
 from sarl.runtime.signals import run_in_own_group
 
 log = logging.getLogger("sarl.train")  # a part of `python -m sarl.train`: its lines keep that name
-
-METRICS_FILE = "metrics.jsonl"  # verl's file logger (VERL_FILE_LOGGER_PATH, sarl.backends.verl.config.process_env)
 
 
 def quiet_verl_notices(cpu: bool) -> None:

@@ -41,7 +41,6 @@ VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
 SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
 SFT_DATA_FILE = "sft_data/train.parquet"
 CHECKPOINT_SUBDIR = "checkpoints"
-METRICS_FILE = "metrics.jsonl"
 
 log = logging.getLogger("sarl.train.verl")
 
