@@ -8,8 +8,8 @@ Every check therefore runs with math-verify's timeouts disabled inside a persist
 
 1. the pre-parse cost estimate (`eval.grading.cost`): an answer that denotes a number of over
    `HOPELESS_DIGITS` digits never reaches the worker; one with an expensive feature gets a budget;
-2. the budget: the worker stops such a check after `budget_s` seconds (an interval timer in its main
-   thread), and stays up;
+2. the budget: the worker stops such a check after `budget_s` seconds of its CPU time (an interval timer in
+   its main thread), and stays up;
 3. the timeout: a check that does not answer within `timeout_s` kills the worker (replaced on the next check).
 
 Each counts as "not equivalent", is logged, and is counted in `stats()` (`budget_exceeded`, `timeouts`).
@@ -39,7 +39,7 @@ from eval.grading.cost import EXPENSIVE, HOPELESS, Cost, estimate_cost
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
-# Seconds for a check with an expensive feature (eval.grading.cost); ordinary checks are not budgeted
+# CPU seconds for a check with an expensive feature (eval.grading.cost); ordinary checks are not budgeted
 # (math-verify needs up to about 0.5 s on a few real answers: relations, \left( pairs, sums; docs/grading.md)
 DEFAULT_BUDGET_S = 0.02  # the answer's cost is this plus its longest step in C: under 50 ms measured
 # Answers beyond these never reach math-verify (rejected as "not equivalent", counted in stats()["rejected"]).
@@ -119,7 +119,8 @@ class Grader:
     its own worker. `stats()` counts checks, fast-path answers, cache hits, worker calls, timeouts (the
     worker killed), checks over the cost bound (`budget_exceeded`: the estimate or `budget_s`), worker
     errors, worker starts and answers rejected for their size (`rejected`: longer than `max_answer_chars`
-    or braces nested deeper than `max_brace_depth`, after normalisation).
+    or braces nested deeper than `max_brace_depth`, after normalisation). `worker_cpu_s` sums the CPU seconds
+    the worker spent on checks (each reply reports its own; a check killed at the timeout is not in it).
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class Grader:
         self.cache_size = int(cache_size)
         self.startup_timeout_s = float(startup_timeout_s)
         self.counts: Counter[str] = Counter()
+        self.worker_cpu_s = 0.0
         self._cache: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
         self._lock = threading.RLock()
         self._proc: subprocess.Popen | None = None
@@ -296,6 +298,7 @@ class Grader:
             )
             self._kill()
             return Verdict(False, timed_out=True)
+        self.worker_cpu_s += float(reply.get("cpu_s", 0.0))
         if reply.get("budget_exceeded"):
             return self._over_budget(f"over {1e3 * self.budget_s:.0f} ms", *_texts(payload))
         if "error" in reply:

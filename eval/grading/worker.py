@@ -1,9 +1,12 @@
 """The math-verify worker process: `Grader` starts `python -c` that loads this file by its path and runs
 `_worker_main`. It imports math-verify and the standard library, never the caller's code.
 
-A request may carry `budget_s`: the check then runs under an interval timer (`ITIMER_REAL`, wall-clock
-seconds, in the worker's main thread; math-verify's own `signal.alarm` counts whole seconds only). When it
-fires, the check stops with `BudgetExceeded`, the reply says `budget_exceeded`, and the worker serves on.
+A request may carry `budget_s`: the check then runs under an interval timer that counts the worker's CPU
+time (`ITIMER_PROF`: user and system seconds of this process, delivered as SIGPROF to its main thread;
+math-verify's own `signal.alarm` counts whole wall-clock seconds only). CPU time, not wall time: on a busy
+node (other reward workers, a rollout engine) a wall-clock budget runs out while the worker waits for a core,
+so the same answer would be cut off, and graded "not equivalent", more often the busier the machine. When the
+timer fires, the check stops with `BudgetExceeded`, the reply says `budget_exceeded`, and the worker serves on.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import os
 import re
 import signal
 import sys
+import time
 from collections import OrderedDict
 from typing import Any
 
 _WORKER_PARSE_CACHE = 4096
-_REFIRE_S = 0.005  # the timer fires again every 5 ms until disarmed, in case library code swallowed it
+_REFIRE_S = 0.005  # the timer fires again every 5 ms (of CPU time) until disarmed, in case library code swallowed it
+BUDGET_TIMER, BUDGET_SIGNAL = signal.ITIMER_PROF, signal.SIGPROF  # the process's CPU time, all threads
 
 
 class BudgetExceeded(BaseException):
@@ -30,14 +35,14 @@ def _on_budget(signum: int, frame: Any) -> None:
 
 
 def _within_budget(budget_s: float | None, work: Any) -> Any:
-    """`work()` under a wall-clock budget (None: unbudgeted); BudgetExceeded when it runs out."""
+    """`work()` under a budget of `budget_s` CPU seconds (None: unbudgeted); BudgetExceeded when it runs out."""
     if budget_s is None:
         return work()
     try:
-        signal.setitimer(signal.ITIMER_REAL, budget_s, _REFIRE_S)
+        signal.setitimer(BUDGET_TIMER, budget_s, _REFIRE_S)
         return work()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(BUDGET_TIMER, 0)
 
 
 _TEXT_NUMBER = re.compile(r"\\(?:text|mbox|textbf|textrm|mathrm)\{\s*([+-]?\d[\d,.]*)\s*([^{}]*)\}")
@@ -92,7 +97,7 @@ def _worker_main() -> None:
     except Exception as err:  # reported to the parent, which raises with this reason
         send({"ready": False, "error": f"cannot import math_verify: {type(err).__name__}: {err}"})
         return
-    signal.signal(signal.SIGALRM, _on_budget)
+    signal.signal(BUDGET_SIGNAL, _on_budget)
     send({"ready": True})
     latex_only = [LatexExtractionConfig()]
 
@@ -121,10 +126,12 @@ def _worker_main() -> None:
         raise ValueError(f"unknown op {request['op']!r}")
 
     for line in sys.stdin:
+        start = time.process_time()  # each reply carries the CPU seconds the check cost this process
         try:
             request = json.loads(line)
-            send({"result": _within_budget(request.get("budget_s"), lambda: check(request))})
+            reply: dict[str, Any] = {"result": _within_budget(request.get("budget_s"), lambda: check(request))}
         except BudgetExceeded:
-            send({"budget_exceeded": True})
+            reply = {"budget_exceeded": True}
         except Exception as err:
-            send({"error": f"{type(err).__name__}: {err}"})
+            reply = {"error": f"{type(err).__name__}: {err}"}
+        send({**reply, "cpu_s": time.process_time() - start})

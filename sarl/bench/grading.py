@@ -12,8 +12,9 @@ pathological answers, half of each kind:
   cost estimate and budget (eval.grading.cost, docs/grading.md "Bounded cost"); a quarter of them is graded
   against itself written the same way (correct), the rest against an integer.
 
-Reported: answers/s, latency percentiles (all answers, and the short pathological ones separately), cheap
-rejections, checks over the budget, and the agreement of the verdicts with plain math-verify on the whole
+Reported: answers/s, latency percentiles (all answers, and the short pathological ones separately, with the
+math-verify worker's CPU time for each: the budget counts CPU time), cheap rejections, checks over the budget,
+and the agreement of the verdicts with plain math-verify on the whole
 response (untimed, ordinary answers).
 """
 
@@ -180,6 +181,7 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
             grader.check(pred, gold)
         start = grader.stats()
         latency = np.empty(len(rows))
+        cpu = np.empty(len(rows))  # the worker's CPU seconds per answer (0 when it never reached the worker)
         kinds = np.array([r["kind"] for r in rows])
         grader_log = logging.getLogger("eval.grading.grader")
         level = grader_log.level
@@ -187,9 +189,10 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
         try:
             t_all = time.perf_counter()
             for i, row in enumerate(rows):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), grader.worker_cpu_s
                 ours(grader, row)
                 latency[i] = time.perf_counter() - t0
+                cpu[i] = grader.worker_cpu_s - c0
             total = time.perf_counter() - t_all
         finally:
             grader_log.setLevel(level)
@@ -213,6 +216,7 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
         "oversized": int((kinds == "oversized").sum()),
         "short": int((kinds == "short").sum()),
         "short_latency_ms": _percentiles(latency[kinds == "short"]),
+        "short_worker_cpu_ms": _percentiles(cpu[kinds == "short"]),
         "short_written_as_gold": len(as_gold),
         "short_written_as_gold_correct": int(short_correct),
         "budget_exceeded": counts.get("budget_exceeded", 0),
@@ -255,14 +259,25 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
         f"{100 * out['agreement']:.1f}% of {out['agreement_pairs']}",
     )
     console.print(table)
-    short = Table(title=f"short pathological answers (grading budget {1e3 * grader.budget_s:.0f} ms)")
-    for col in ("short answers", "p50 ms", "p99 ms", "max ms", "over the budget", "written as the gold: correct"):
+    short = Table(title=f"short pathological answers (grading budget {1e3 * grader.budget_s:.0f} ms of CPU time)")
+    for col in (
+        "short answers",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "worker CPU p99 ms",
+        "worker CPU max ms",
+        "over the budget",
+        "written as the gold: correct",
+    ):
         short.add_column(col, justify="right")
     short.add_row(
         str(out["short"]),
         f"{out['short_latency_ms']['p50']:.2f}",
         f"{out['short_latency_ms']['p99']:.2f}",
         f"{out['short_latency_ms']['max']:.1f}",
+        f"{out['short_worker_cpu_ms']['p99']:.1f}",
+        f"{out['short_worker_cpu_ms']['max']:.1f}",
         str(out["budget_exceeded"]),
         f"{out['short_written_as_gold_correct']} of {out['short_written_as_gold']}",
     )

@@ -7,11 +7,13 @@ suite=grading`; the bound asserted here is generous, so that a loaded machine do
 """
 
 import json
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from eval.grading import worker
 from eval.grading.cost import EXPENSIVE, HOPELESS, ORDINARY, estimate_cost
 from eval.grading.extract import extract_answer
 from eval.grading.gold import validate_gold
@@ -135,6 +137,28 @@ def test_the_budget_stops_a_check_without_restarting_the_worker():
         assert stats["worker_starts"] == 1 and stats.get("timeouts", 0) == 0 and stats["budget_exceeded"] == 1
     finally:
         g.close()
+
+
+def test_the_budget_counts_the_worker_s_cpu_time_not_the_wall_clock():
+    """Waiting for a core (here: sleeping) does not spend the budget, so a busy machine does not cut off more
+    checks than an idle one; computing does."""
+    previous = signal.signal(worker.BUDGET_SIGNAL, worker._on_budget)  # as the worker installs it
+    try:
+        start = time.perf_counter()
+        assert worker._within_budget(0.05, lambda: time.sleep(0.3) or "done") == "done"  # 0.3 s of wall time
+        assert time.perf_counter() - start >= 0.3
+
+        def compute() -> None:
+            end = time.process_time() + 2.0
+            while time.process_time() < end:
+                pass
+
+        start = time.process_time()
+        with pytest.raises(worker.BudgetExceeded):
+            worker._within_budget(0.05, compute)
+        assert time.process_time() - start < 1.0  # stopped near 50 ms of CPU time, not after the 2 s
+    finally:
+        signal.signal(worker.BUDGET_SIGNAL, previous)
 
 
 def test_expensive_answers_within_the_budget_keep_math_verify_s_verdict():

@@ -49,7 +49,10 @@ def test_quick_grading_suite():
     assert "short pathological answers" in text and "over the budget" in text
     assert out["answers"] == 200 and out["pathological"] == 10 and out["oversized"] + out["short"] == 10
     assert out["rejected"] + out["pathological_no_answer"] == out["oversized"]
-    assert set(out["short_latency_ms"]) == {"p50", "p99", "max"}
+    assert set(out["short_latency_ms"]) == set(out["short_worker_cpu_ms"]) == {"p50", "p99", "max"}
+    assert "worker CPU max ms" in text
+    # the worker's CPU time is measured (not 0) and no answer's is over its wall time
+    assert 0 < out["short_worker_cpu_ms"]["max"] <= out["short_latency_ms"]["max"]
     assert out["short_written_as_gold_correct"] == out["short_written_as_gold"]
     assert out["timeouts"] == 0 and out["agreement"] == 1.0
 
