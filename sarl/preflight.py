@@ -299,7 +299,7 @@ def check_memory_plan(
                 False,
                 f"config.json of model.path={cfg.model.path} not found (local directory, HF cache"
                 f"{', Hub' if allow_download else ''})",
-                "download the model (huggingface-cli download) or set model.path to a local checkpoint",
+                "download the model (hf download) or set model.path to a local checkpoint",
             )
         )
     else:
@@ -440,7 +440,7 @@ def check_model_files(cfg: DictConfig, reward_cfg: dict, allow_download: bool = 
             "models",
             False,
             f"not found locally{'' if offline else ' nor on the Hub'}: {', '.join(missing)}",
-            "huggingface-cli download NAME on a node with network (HF_HOME shared with the GPU nodes)",
+            "hf download NAME on a node with network (HF_HOME shared with the GPU nodes)",
         )
     return Check("models", True, ", ".join(v for _, v in names))
 

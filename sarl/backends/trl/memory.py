@@ -208,7 +208,7 @@ def check_memory_plan(
         if skip_missing:
             return []
         where = f"local directory, HF cache{', Hub' if allow_download else ''}"
-        fix = "download the model (huggingface-cli download) or set model.path to a local checkpoint"
+        fix = "download the model (hf download) or set model.path to a local checkpoint"
         return [Check("memory plan", False, f"config.json of model.path={cfg.model.path} not found ({where})", fix)]
     sizes, s = Sizes.of(policy), setting(cfg)
     plan = dpo_memory_plan(sizes, s, gpu_gib)
