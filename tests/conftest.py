@@ -25,32 +25,35 @@ def closing_server():
 
 
 @pytest.fixture(scope="session")
-def policy_cache(tmp_path_factory):
-    """A cache directory holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
-    traces), built once for the whole run (every pytest-xdist worker shares it): every test that trains it passes
-    model.build.cache_dir=<this>."""
-    import json
+def policy_cache_dir(tmp_path_factory):
+    """The run's cache directory of tiny policies (model.build.cache_dir), one for every pytest-xdist worker; a
+    policy in it is built by the first process that asks for it while the others wait (`build_policy`'s lock), so a
+    test whose runs build their own policies (tagged, graph) need not wait for the smoke policy's build.
+    SARL_TEST_POLICY_CACHE=DIR: this DIR instead, across sessions (e.g. when rerunning one test)."""
     from pathlib import Path
 
-    from testkit import built_once
+    from testkit import shared_dir
+
+    if os.environ.get("SARL_TEST_POLICY_CACHE"):
+        return Path(os.environ["SARL_TEST_POLICY_CACHE"])
+    return shared_dir(tmp_path_factory, "policies")
+
+
+@pytest.fixture(scope="session")
+def policy_cache(policy_cache_dir):
+    """`policy_cache_dir` holding the smoke policy (conf/model/tiny_qwen3.yaml: tokenizer + warm start on the shipped
+    traces), built once for the whole run: every test that trains it passes model.build.cache_dir=<this>."""
+    import json
+    from pathlib import Path
 
     from sarl.backends.trl.run import policy_path
     from sarl.launch.compose import compose_train_config
 
-    def build(cache: Path) -> Path:
-        cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={cache}"])
-        return Path(policy_path(cfg))
-
-    # SARL_TEST_POLICY_CACHE=DIR: reuse (or build once into) DIR across sessions, e.g. when rerunning one test
-    if os.environ.get("SARL_TEST_POLICY_CACHE"):
-        cache = Path(os.environ["SARL_TEST_POLICY_CACHE"])
-        built = build(cache)
-    else:
-        cache = built_once(tmp_path_factory, "policies", build)
-        built = build(cache)  # found in the cache: policy_path only checks and returns it
+    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={policy_cache_dir}"])
+    built = Path(policy_path(cfg))  # built here, or by another worker while this one waited
     info = json.loads((built / "policy.json").read_text())
     assert info["warm_start_loss_last"] < 0.25 * info["warm_start_loss_first"]  # the warm start did learn
-    return cache
+    return policy_cache_dir
 
 
 @pytest.fixture(scope="session")

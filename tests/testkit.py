@@ -200,6 +200,19 @@ def serve_fake_vllm(argv: list[str], settings: str) -> None:
     server.wait()
 
 
+def run_root(tmp_path_factory) -> Path:
+    """The test run's temporary directory, the same for every pytest-xdist worker (above each worker's own)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory `name` of the whole test run, the same for every pytest-xdist worker (created if missing)."""
+    path = run_root(tmp_path_factory) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
     """A directory `name` that `build(path)` fills once for the whole test run: shared by every pytest-xdist worker
     (`make test` runs one per core), built by the first that asks while the others wait on a file lock, instead of
@@ -208,9 +221,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
 
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the run's directory, above each worker's own
+    root = run_root(tmp_path_factory)
     path, done = root / name, root / f"{name}.built"
     with FileLock(str(root / f"{name}.lock")):
         if not done.exists():

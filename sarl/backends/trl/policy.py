@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 log = logging.getLogger(__name__)
 PROGRESS_LINES = 10  # warm-start progress lines per build
 
@@ -181,9 +183,6 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
 def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> Path:
     """The checkpoint directory of the policy that `spec` (conf/model/tiny_qwen3.yaml `build`) describes,
     built on first use and reused afterwards (keyed by a hash of the spec and seed)."""
-    import torch
-    from transformers import Qwen3ForCausalLM
-
     spec = dict(spec)
     traces_path = Path(spec["traces"])
     traces_sha256 = hashlib.sha256(traces_path.read_bytes()).hexdigest()
@@ -193,6 +192,28 @@ def build_policy(spec: dict[str, Any], cache_dir: str | Path, seed: int = 0) -> 
     if (out / STAMP).exists():
         log.info("policy: reusing %s", out)
         return out
+    # One build per spec: processes sharing the cache (parallel runs, test workers) wait for the first one.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out.with_name(out.name + ".lock")))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("policy: another process is building %s; waiting for it", out)
+        lock.acquire()
+    try:
+        if (out / STAMP).exists():
+            log.info("policy: reusing %s (built while this process waited)", out)
+            return out
+        return _build_policy(spec, out, traces_path, traces_sha256, seed)
+    finally:
+        lock.release()
+
+
+def _build_policy(spec: dict[str, Any], out: Path, traces_path: Path, traces_sha256: str, seed: int) -> Path:
+    """Builds the policy into `out` (through `out`.tmp, renamed when complete); the caller holds the lock."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
     arch = dict(spec["architecture"])
     if int(arch.get("head_dim", 0)) < 64:
         raise ValueError(

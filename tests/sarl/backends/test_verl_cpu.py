@@ -52,11 +52,12 @@ SHARED: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_policy_cache(policy_cache):
-    """The session's policy cache (tests/conftest.py): the tiny policies are built once for every test of the session,
-    not again in the repository's runs/ directory. Module-scoped and autouse, it is set up before the module's other
-    fixtures (the gt run) as well as its tests."""
-    SHARED["policy_cache"] = policy_cache
+def shared_policy_cache(policy_cache_dir):
+    """The session's policy cache (tests/conftest.py): the tiny policies are built once for every test of the session
+    (the first run that needs one builds it, the others wait), not again in the repository's runs/ directory. Not
+    `policy_cache`, which waits for the smoke policy: the graph and tagged rows need only theirs. Module-scoped and
+    autouse, it is set up before the module's other fixtures (the gt run) as well as its tests."""
+    SHARED["policy_cache"] = policy_cache_dir
 
 
 def run_row(run_dir: Path, row: str, *overrides: str, env: dict[str, str] | None = None) -> Run:
