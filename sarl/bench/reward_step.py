@@ -43,11 +43,11 @@ class StandInEmbedder(Embedder):
         finally:
             self.embed_s += time.perf_counter() - t0
 
-    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
+    def _embed_unique(self, texts: list[str]) -> tuple[np.ndarray, dict[int, str]]:
         t0 = time.perf_counter()
         x = self.rng.standard_normal((len(texts), self.dim), dtype=np.float32)
         self.model_s += time.perf_counter() - t0
-        return list(x), {}
+        return x, {}  # one 2-D array, as the in-process models give it
 
 
 def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:

@@ -9,10 +9,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sarl.structure.kernels import ROW_NON_FINITE, ROW_NORM_OVERFLOW, ROW_OK, ROW_ZERO_NORM, normalise_rows
+
 log = logging.getLogger(__name__)
 
-# Raw vectors checked and normalised together: a float64 buffer of 512 x 1,024 x 8 B = 4 MB, reused.
+# Raw vectors of the list path stacked and normalised together: a float64 buffer of 512 x 1,024 x 8 B = 4 MB, reused.
 VALIDATE_CHUNK_ROWS = 512
+
+# Why a row fails, by `normalise_rows` verdict (decisions §1.2 "Embeddings").
+_ROW_REASONS = {
+    ROW_NON_FINITE: "non-finite embedding: NaN or inf in the vector",
+    ROW_NORM_OVERFLOW: "non-finite embedding: the vector's norm overflows float64",
+    ROW_ZERO_NORM: "zero embedding: the vector has norm 0",
+}
+# Model outputs normalised in place by `normalise_rows` (the 2-D fast path of `Embedder.embed`).
+_DENSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @dataclass
@@ -46,8 +57,14 @@ class Embedder(ABC):
         self.failure_counts: Counter[str] = Counter()
 
     @abstractmethod
-    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
-        """Raw vectors for distinct texts: (vectors with None where failed, index -> reason)."""
+    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None] | np.ndarray, dict[int, str]]:
+        """Raw vectors for distinct texts: (vectors, index -> reason of the texts that failed).
+
+        The vectors are either a list with one vector per text (None where failed) or, cheaper to check, one
+        2-D float32/float64 array of shape (len(texts), dim) whose rows of failed texts are ignored. The array
+        is handed over: `embed` normalises a writeable float32 one in place (return a copy of anything kept, or a
+        read-only view).
+        """
 
     def embed(self, texts: list[str]) -> EmbeddingResult:
         """Unit embeddings of `texts`; duplicates are embedded once."""
@@ -58,36 +75,40 @@ class Embedder(ABC):
         raw, reasons = self._embed_unique(distinct) if distinct else ([], {})
         if len(raw) != len(distinct):
             raise RuntimeError(f"{type(self).__name__} returned {len(raw)} vectors for {len(distinct)} texts")
+        dense: np.ndarray | None = None  # one 2-D float array from the model: normalised without a copy
+        if isinstance(raw, np.ndarray):
+            if raw.ndim == 2 and raw.dtype in _DENSE_DTYPES:
+                dense = raw
+            else:
+                raw = list(raw)
         if self.dim is None:
             # no configured dimension: the most common size among finite vectors sets it
-            sizes = Counter(np.size(v) for v in raw if v is not None and np.isfinite(v).all())
-            if sizes:
-                self.dim = int(sizes.most_common(1)[0][0])
-        dim = self.dim or 0
-        # Rows of the distinct texts: unit vectors written a chunk at a time, NaN where a text failed.
-        checked = np.empty((len(distinct), dim), dtype=np.float32)
-        new_reasons: dict[int, str] = {}
-        rows: list[int] = []
-        vecs: list[np.ndarray] = []
-        for j, vec in enumerate(raw):
-            if j in reasons or vec is None:
-                if j not in reasons:
-                    new_reasons[j] = "no embedding returned"
-                continue
-            if type(vec) is np.ndarray and vec.ndim == 1 and vec.dtype.kind == "f":
-                v = vec  # the usual case: converted to float64 with its chunk below
+            if dense is not None:
+                if np.isfinite(dense).all(axis=1).any():
+                    self.dim = int(dense.shape[1])
             else:
-                v = np.asarray(vec, dtype=np.float64).ravel()
-            if v.size != self.dim:
-                new_reasons[j] = f"wrong embedding dimension: got {v.size}, expected {self.dim}"
-                continue
-            rows.append(j)
-            vecs.append(v)
-        buffer = np.empty((min(VALIDATE_CHUNK_ROWS, len(rows)), dim))
-        for s in range(0, len(rows), VALIDATE_CHUNK_ROWS):
-            self._normalise_rows(
-                vecs[s : s + VALIDATE_CHUNK_ROWS], rows[s : s + VALIDATE_CHUNK_ROWS], checked, new_reasons, buffer
-            )
+                sizes = Counter(np.size(v) for v in raw if v is not None and np.isfinite(v).all())
+                if sizes:
+                    self.dim = int(sizes.most_common(1)[0][0])
+        if dense is not None and dense.shape[1] != self.dim:
+            raw, dense = list(dense), None  # every row has the wrong size: the list path names them
+        dim = self.dim or 0
+        new_reasons: dict[int, str] = {}
+        if dense is not None:
+            dense = np.ascontiguousarray(dense)
+            if not dense.flags.writeable:  # the model kept it: ours is a copy
+                dense = dense.copy()
+            # Rows of the distinct texts: unit vectors, NaN where a text failed. A float32 array from the model is
+            # normalised in place: writing a second array of this size (666 MB for a paper step) costs more than
+            # the arithmetic, on first touch of its pages.
+            checked = dense if dense.dtype == np.float32 else np.empty((len(distinct), dim), dtype=np.float32)
+            rows = np.arange(len(distinct), dtype=np.int64)
+            if reasons:
+                rows[list(reasons)] = -1  # failed by the model: not read
+            self._check_rows(dense, rows, checked, new_reasons)
+        else:
+            checked = np.empty((len(distinct), dim), dtype=np.float32)
+            self._normalise_list(raw, reasons, checked, new_reasons)
         for j in sorted(new_reasons):  # in text order, as one row at a time would add them
             reasons[j] = new_reasons[j]
         if reasons:
@@ -114,42 +135,63 @@ class Embedder(ABC):
             )
         return EmbeddingResult(vectors=vectors, failed=failed)
 
-    def _normalise_rows(
-        self, vecs: list[np.ndarray], rows: list[int], out: np.ndarray, reasons: dict[int, str], buffer: np.ndarray
-    ) -> None:
-        """Writes the unit vector of each raw vector (all of size `dim`) into `out[rows[k]]`, or
-        adds the reason it is unusable to `reasons` (decisions §1.2 "Embeddings").
-
-        Batched, with the same float64 arithmetic as normalising one vector at a time (`row_norms`),
-        in `buffer` (at least len(vecs) rows), reused from chunk to chunk.
-        """
-        x = buffer[: len(vecs)]
-        np.stack(vecs, out=x)  # converted to float64 on the way
-        with np.errstate(all="ignore"):  # bad rows are reported below and never written
-            norm = row_norms(x)  # NaN or inf in a row makes its norm NaN or inf
-            x /= norm[:, None]
-        ok = np.isfinite(norm) & (norm > self.norm_eps)
-        for k in np.flatnonzero(~ok):
-            if not np.isfinite(np.asarray(vecs[k], dtype=np.float64)).all():  # as converted
-                reasons[rows[k]] = "non-finite embedding: NaN or inf in the vector"
-            elif not np.isfinite(norm[k]):  # finite float64 entries whose squares overflow
-                reasons[rows[k]] = "non-finite embedding: the vector's norm overflows float64"
+    def _normalise_list(self, raw: list, reasons: dict[int, str], out: np.ndarray, new_reasons: dict[int, str]) -> None:
+        """The list path: vectors of size `dim` stacked into float64 a chunk at a time and normalised into
+        `out` by `_check_rows`; the other vectors' reasons go to `new_reasons`."""
+        rows: list[int] = []
+        vecs: list[np.ndarray] = []
+        for j, vec in enumerate(raw):
+            if j in reasons or vec is None:
+                if j not in reasons:
+                    new_reasons[j] = "no embedding returned"
+                continue
+            if type(vec) is np.ndarray and vec.ndim == 1 and vec.dtype.kind == "f":
+                v = vec  # the usual case: converted to float64 with its chunk below
             else:
-                reasons[rows[k]] = "zero embedding: the vector has norm 0"
-        if ok.all() and rows[-1] - rows[0] == len(rows) - 1:  # consecutive rows: one slice
-            out[rows[0] : rows[-1] + 1] = x  # float64 -> float32 rounds as `astype` does
-        else:
-            out[np.asarray(rows, dtype=np.intp)[ok]] = x[ok]
+                v = np.asarray(vec, dtype=np.float64).ravel()
+            if v.size != self.dim:
+                new_reasons[j] = f"wrong embedding dimension: got {v.size}, expected {self.dim}"
+                continue
+            rows.append(j)
+            vecs.append(v)
+        buffer = np.empty((min(VALIDATE_CHUNK_ROWS, len(rows)), out.shape[1]))
+        for s in range(0, len(rows), VALIDATE_CHUNK_ROWS):
+            chunk = vecs[s : s + VALIDATE_CHUNK_ROWS]
+            x = buffer[: len(chunk)]
+            np.stack(chunk, out=x)  # converted to float64 on the way
+            self._check_rows(x, np.asarray(rows[s : s + VALIDATE_CHUNK_ROWS], dtype=np.int64), out, new_reasons)
+
+    def _check_rows(self, x: np.ndarray, rows: np.ndarray, out: np.ndarray, reasons: dict[int, str]) -> None:
+        """Writes the unit vector of each row k of `x` (C-contiguous float32/float64, `dim` columns) into
+        `out[rows[k]]`, or adds the reason it is unusable to `reasons` (decisions §1.2 "Embeddings");
+        rows[k] < 0 skips row k. One compiled pass (`sarl.structure.kernels.normalise_rows`) with the norm
+        of `row_norms`, so a vector's unit vector does not depend on the batch or on the path it took."""
+        verdict = normalise_rows(x, rows, float(self.norm_eps), out)
+        for k in np.flatnonzero((verdict != ROW_OK) & (rows >= 0)):
+            reasons[int(rows[k])] = _ROW_REASONS[int(verdict[k])]
 
 
 def row_norms(x: np.ndarray) -> np.ndarray:
-    """Euclidean norm of each row of a 2-D float64 array, bit-identical to `np.linalg.norm(row)`.
+    """Euclidean norm of each row of a 2-D array, in float64 and in a fixed order of summation: the definition
+    that `Embedder.embed` normalises with (compiled as `sarl.structure.kernels.normalise_rows`, bit-identical).
 
-    Each squared norm is a (1 x d) @ (d x 1) product, which numpy hands to the same BLAS dot as
-    `np.linalg.norm` of a vector; `np.linalg.norm(x, axis=1)` sums in another order and differs in
-    the last bit for about a fifth of rows (and is 20x slower).
+    A row's entries are converted to float64 and squared; the squares of the first 8 floor(d / 8) entries
+    are summed in 8 interleaved lanes (lane l: entries l, l + 8, l + 16, ..., each lane sequentially), the
+    lanes combined as ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)), then the last d mod 8 squares
+    added one by one; the norm is the square root. Each row depends on its own entries only. It agrees
+    with `np.linalg.norm(row)` (whose order of summation is the BLAS library's) to a few ulp, not bit for bit.
     """
-    return np.sqrt(np.matmul(x[:, None, :], x[:, :, None])[:, 0, 0])
+    x = np.asarray(x, dtype=np.float64)
+    n, d = x.shape
+    d8 = d - d % 8
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing rows give inf, NaN entries NaN
+        sq = x * x
+    # np.add.accumulate adds sequentially along an axis: its last entry is each lane's running sum
+    a = np.add.accumulate(sq[:, :d8].reshape(n, d8 // 8, 8), axis=1)[:, -1] if d8 else np.zeros((n, 8))
+    s = ((a[:, 0] + a[:, 1]) + (a[:, 2] + a[:, 3])) + ((a[:, 4] + a[:, 5]) + (a[:, 6] + a[:, 7]))
+    for i in range(d8, d):
+        s = s + sq[:, i]
+    return np.sqrt(s)
 
 
 def embed_rows(embedder: Embedder, texts: dict[int, str], n_rows: int, failed: dict[int, str]) -> np.ndarray | None:

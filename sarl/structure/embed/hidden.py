@@ -45,9 +45,9 @@ class HiddenStateEmbedder(Embedder):
         self._torch = torch
         super().__init__(dim=int(model.config.hidden_size))
 
-    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
+    def _embed_unique(self, texts: list[str]) -> tuple[np.ndarray, dict[int, str]]:
         torch = self._torch
-        out: list[np.ndarray | None] = []
+        out: list[np.ndarray] = []  # (batch, hidden_size) float32 means, one array per batch
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
@@ -61,7 +61,7 @@ class HiddenStateEmbedder(Embedder):
                     hidden = self.model(**enc, output_hidden_states=True).hidden_states[self.layer]
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-                out.extend(mean.float().cpu().numpy())
+                out.append(mean.float().cpu().numpy())
         finally:
             self.model.train(was_training)
-        return out, {}
+        return np.concatenate(out) if out else np.empty((0, self.dim), dtype=np.float32), {}

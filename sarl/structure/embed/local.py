@@ -47,7 +47,7 @@ class SentenceTransformerEmbedder(Embedder):
             getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
             self.dim = getter()
 
-    def _embed_unique(self, texts: list[str]) -> tuple[list[np.ndarray | None], dict[int, str]]:
+    def _embed_unique(self, texts: list[str]) -> tuple[np.ndarray, dict[int, str]]:
         vectors = self.model.encode(
             texts,
             batch_size=self.batch_size,
@@ -55,4 +55,4 @@ class SentenceTransformerEmbedder(Embedder):
             normalize_embeddings=False,
             show_progress_bar=False,
         )
-        return list(vectors), {}
+        return vectors, {}  # one (len(texts), dim) float32 array
