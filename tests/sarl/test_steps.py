@@ -1,7 +1,12 @@
 """decisions §1.1 "Steps": think-block extraction, splitting and flags."""
 
-import pytest
+import unicodedata
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sarl.structure.steps as steps_module
 from sarl.structure.steps import extract_reasoning, parse_steps, sanitize, split_steps
 
 
@@ -59,3 +64,26 @@ def test_empty_and_whitespace_responses_have_no_steps():
 def test_empty_delimiter_is_an_error():
     with pytest.raises(ValueError, match="delimiter"):
         split_steps("a", delimiter="")
+
+
+def general_sanitize(text: str) -> tuple[str, bool]:
+    """`sanitize` without its ASCII fast path."""
+    clean = steps_module._SURROGATE.sub("\ufffd", text)
+    clean = clean.replace("\r\n", "\n").replace("\r", "\n")
+    clean = steps_module._CONTROL.sub("", clean)
+    clean = unicodedata.normalize("NFC", clean)
+    return clean, clean != text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=60) | st.text(max_size=60))
+def test_sanitize_fast_path_gives_what_the_general_path_gives(text):
+    """The ASCII fast path (no surrogate, already NFC, controls found by bytes.translate) changes nothing."""
+    assert sanitize(text) == general_sanitize(text)
+
+
+def test_the_fast_paths_see_every_control_character_surrogate_and_unnormalised_form():
+    for c in [*map(chr, range(0xA0)), "\ud800", "\udfff", "e\u0301"]:
+        for text in (f"a{c}b", f"\u00e9{c}b"):  # ASCII around it, and not
+            assert sanitize(text) == general_sanitize(text)
+    assert sanitize("caf\u00e9 \u2264 1") == ("caf\u00e9 \u2264 1", False)
