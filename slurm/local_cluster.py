@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sarl.runtime.network import free_port
+
 DAEMONS = ("slurmd", "slurmctld", "munged")  # stop order
 
 
@@ -47,12 +49,6 @@ def install_packages(timeout_s: float = 900) -> None:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             raise LocalSlurmError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_memory_mb() -> int:

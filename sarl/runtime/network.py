@@ -8,6 +8,13 @@ import socket
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on now (the system's choice), for a server started next."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address) means this machine only: 127.0.0.0/8, ::1, localhost."""
     host = host.strip("[]")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from typing import Sequence
 
 import httpx
 
+from sarl.runtime.network import free_port
 from sarl.runtime.signals import stop_process_group
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,6 @@ VLLM_CPU_ENV = {
 
 # vLLM's CPU build downcasts to float16 by default, which CPUs run slowly (SARL's GPU set-up keeps the default).
 VLLM_CPU_ARGS = ("--dtype", "float32", "--enforce-eager")  # float16 is ~10x slower on CPUs; eager starts ~2x faster
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class VLLMServer:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
 
+from sarl.data.writers import write_jsonl
 from sarl.smoke import DATA_DIR
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -210,12 +210,6 @@ def _assistant(content: str) -> dict:
     return {"role": "assistant", "content": content}
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    tmp.replace(path)
-
-
 OPERATION = re.compile(r"(\d+) ([-+*]) (\d+)")
 
 
@@ -273,12 +267,12 @@ def main(n_traces: int = 600, n_prompts: int = 64, n_pairs: int = 32, n_heldout:
     # drawn last, so that the other files stay as they were before the held-out set existed
     heldout = heldout_prompts(rng, n_heldout, {operation(r) for r in traces + prompts})
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    write_jsonl(DATA_DIR / "traces.jsonl", traces)
-    write_jsonl(DATA_DIR / "train.trl.jsonl", prompts)
-    write_jsonl(DATA_DIR / "dpo.jsonl", pairs)
-    write_jsonl(DATA_DIR / "heldout.trl.jsonl", heldout)
-    write_jsonl(DATA_DIR / "traces_tagged.jsonl", [tagged_trace(t, f"trace-{i}") for i, t in enumerate(traces)])
-    write_jsonl(DATA_DIR / "traces_graph.jsonl", [graph_trace(t) for t in traces])
+    write_jsonl(traces, DATA_DIR / "traces.jsonl")
+    write_jsonl(prompts, DATA_DIR / "train.trl.jsonl")
+    write_jsonl(pairs, DATA_DIR / "dpo.jsonl")
+    write_jsonl(heldout, DATA_DIR / "heldout.trl.jsonl")
+    write_jsonl([tagged_trace(t, f"trace-{i}") for i, t in enumerate(traces)], DATA_DIR / "traces_tagged.jsonl")
+    write_jsonl([graph_trace(t) for t in traces], DATA_DIR / "traces_graph.jsonl")
     counts = f"{len(traces)} traces, {len(prompts)} prompts, {len(pairs)} pairs, {len(heldout)} held-out prompts"
     print(f"wrote {counts} to {DATA_DIR}")
 

@@ -453,7 +453,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     common = ["source=local", f"input_file={problems}", f"out_dir={tmp_path / 'out'}"]
     _one_error(run_cli(*common, "teacher.model=t", cwd=tmp_path), "teacher.url is not set")
     _one_error(run_cli("recipe=nope", *common, cwd=tmp_path), "recipe", "grp_math")
-    from sarl.serving.server import free_port
+    from sarl.runtime.network import free_port
 
     dead = f"http://127.0.0.1:{free_port()}/v1"
     _one_error(run_cli(*common, f"teacher.url={dead}", "teacher.model=t", cwd=tmp_path), "unreachable", dead)

@@ -321,8 +321,8 @@ def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process
     record of it. Ray's files go to a directory of this test (RAY_TMPDIR), not the machine's /tmp/ray."""
     import tempfile
 
+    from sarl.runtime.network import free_port
     from slurm.launcher import wait_for_ray_nodes
-    from slurm.local_cluster import free_port
 
     ips = [ip for ip in map(_ipv4, (n for _, n in socket.if_nameindex())) if ip and not ip.startswith("127.")]
     if not ips:
