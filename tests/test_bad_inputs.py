@@ -251,3 +251,14 @@ def test_slurm_launcher_without_slurm_says_so(tmp_path):
     proc = run_module("sarl.train", "+exp=smoke", "launcher=slurm_h100", f"paths.root={tmp_path}", env=path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "needs SLURM's sbatch" in proc.stderr and "launcher=local" in proc.stderr
+
+
+def test_eval_run_checks_the_checkpoint_before_handing_a_job_to_slurm(tmp_path, no_hub):
+    """launcher=slurm_h100 runs the same checks as a local evaluation before anything is submitted (no SLURM here:
+    the checks must fail first, with their own message, not the launcher's)."""
+    path = {**no_hub, "PATH": str(Path(sys.executable).parent)}
+    proc = run_module("eval.run", "launcher=slurm_h100", f"paths.root={tmp_path}", env=path)
+    assert_user_error(proc, "no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
+    proc = run_module("eval.run", "launcher=slurm_h100", "ckpt=MISSING", f"paths.root={tmp_path}", env=path)
+    assert_user_error(proc, "ckpt=MISSING: no such directory")
+    assert "needs SLURM's sbatch" not in proc.stderr
