@@ -46,7 +46,14 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from sarl.runtime.errors import UserError, check_output_file, check_writable_dir, report_user_errors
+from sarl.runtime.errors import (
+    UserError,
+    check_output_file,
+    check_writable_dir,
+    composition_error_message,
+    report_user_errors,
+)
+from sarl.runtime.files import CONF_DIR
 from sarl.structure.interface import Reward, RewardOutput, RolloutBatch, reward_class
 from sarl.structure.interface import build_reward as build_reward_node
 from sarl.structure.metrics import batch_diagnostic_keys
@@ -414,5 +421,24 @@ def main(cfg: DictConfig) -> None:
         sys.exit(EXIT_ALL_FAILED)
 
 
+@report_user_errors("sarl.score")
+def check_command_line(argv: list[str]) -> None:
+    """The overrides composed once before Hydra runs `main`: a misspelt key is a one-line error naming the nearest
+    key, as in sarl.train and eval.run (Hydra's own advice, `+KEY=VALUE`, would add a key nothing reads). A command
+    line with Hydra's flags (`-m` and its sweeps, `--cfg`, ...) is left to Hydra."""
+    if not argv or any(a.startswith("-") for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_score_check"):
+            compose(config_name="score", overrides=argv)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise UserError(composition_error_message(err)) from err
+
+
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
     main()

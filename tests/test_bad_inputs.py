@@ -262,3 +262,9 @@ def test_eval_run_checks_the_checkpoint_before_handing_a_job_to_slurm(tmp_path, 
     proc = run_module("eval.run", "launcher=slurm_h100", "ckpt=MISSING", f"paths.root={tmp_path}", env=path)
     assert_user_error(proc, "ckpt=MISSING: no such directory")
     assert "needs SLURM's sbatch" not in proc.stderr
+
+
+def test_score_names_the_nearest_key_for_a_misspelt_one(inputs, tmp_path):
+    proc = score(tmp_path, f"input={inputs / 'bom.jsonl'}", "batch_sizee=2")
+    assert_user_error(proc, "batch_sizee: no such key; did you mean batch_size?")
+    assert len(proc.stderr.strip().splitlines()) == 1
