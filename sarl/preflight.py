@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,9 +38,17 @@ log = logging.getLogger("sarl.preflight")
 # What the pinned verl was released against (verl 0.9.1's `vllm` extra: vllm==0.24.0, torch==2.11.0).
 STACK = {"verl": "0.9.1", "vllm": "0.24.", "torch": "2.11."}
 CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # verl saves the float32 FSDP shards and Adam's two moments
+# The oldest Linux driver each CUDA major version runs on: NVIDIA's CUDA Toolkit Release Notes, "CUDA minor version
+# compatibility" table. `.[gpu]`'s torch 2.11 wheels are CUDA 13 builds.
+MIN_DRIVER = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
+DRIVER_FIX = (
+    "update the driver, or install a torch built for the node's CUDA "
+    "(pip install torch --index-url https://download.pytorch.org/whl/cu12X)"
+)
 
 
 def _version(pkg: str) -> str | None:
+    """The installed version of distribution `pkg` (its metadata), or None where it is not installed."""
     try:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
@@ -58,12 +67,9 @@ def check_gpus(cfg: DictConfig, want: int | None = None) -> Check:
     if have >= want:
         busy = _gpus_in_use(want)
         if busy:
-            return Check(
-                "GPUs",
-                False,
-                f"{have} CUDA GPU(s) visible, but already in use: {', '.join(busy)}",
-                "another job holds memory on these GPUs: ask SLURM for whole nodes (--exclusive) or free them",
-            )
+            detail = f"{have} CUDA GPU(s) visible, but already in use: {', '.join(busy)}"
+            fix = "another job holds memory on these GPUs: ask SLURM for whole nodes (--exclusive) or free them"
+            return Check("GPUs", False, detail, fix)
         return Check("GPUs", True, f"{have} CUDA GPU(s) visible, train.n_gpus_per_node={want}, all free")
     return Check(
         "GPUs",
@@ -86,49 +92,53 @@ def _gpus_in_use(n: int, tolerance_gib: float = 2.0) -> list[str]:
     return out
 
 
+def _numbers(version: str | None) -> tuple[int, ...]:
+    """The numbers of a dotted version ("580.65.06" -> (580, 65, 6)), to compare numerically."""
+    return tuple(int(n) for n in re.findall(r"\d+", version or ""))
+
+
+def driver_problem(cuda: str | None, driver: str | None) -> str | None:
+    """What is wrong with NVIDIA driver `driver` for a torch built for CUDA `cuda` (one line), or None where it is
+    new enough, where either is unknown, or where `MIN_DRIVER` has no minimum for that CUDA major version."""
+    major, have = _numbers(cuda)[:1], _numbers(driver)
+    need = MIN_DRIVER.get(major[0]) if major and have else None
+    if need is None or have >= _numbers(need):
+        return None
+    return f"torch built for CUDA {cuda} needs NVIDIA driver >= {need}; this node has {driver}"
+
+
 def check_stack() -> list[Check]:
-    """torch with CUDA and the driver, vLLM, verl, flash-attn: importable and the versions verl was released with."""
+    """torch with CUDA and a driver new enough for its CUDA, vLLM, verl, flash-attn: importable and the versions verl
+    was released with; an installed flash-attn whose compiled extension does not import fails."""
     out = []
     torch_v = _version("torch")
     try:
         import torch
 
-        cuda = torch.version.cuda
-        driver = _driver_version()
+        cuda, driver = torch.version.cuda, _driver_version()
         ok = bool(cuda) and torch.cuda.is_available() and bool(torch_v and torch_v.startswith(STACK["torch"]))
         detail = f"torch {torch_v}, CUDA {cuda or 'none (CPU build)'}, driver {driver or 'none'}"
         fix = "" if ok else f"pip install -e .[gpu] (torch {STACK['torch']}x with CUDA) on a node with an NVIDIA driver"
+        if problem := driver_problem(cuda, driver):
+            ok, detail, fix = False, problem, DRIVER_FIX
+        elif driver and _numbers(cuda)[:1] and _numbers(cuda)[0] not in MIN_DRIVER:
+            detail += f" (driver not checked: no known minimum for CUDA {cuda})"
     except ImportError:
         ok, detail, fix = False, "torch not importable", "pip install -e .[gpu]"
     out.append(Check("torch / CUDA / driver", ok, detail, fix))
     for pkg in ("vllm", "verl"):
         v = _version(pkg)
         ok = v is not None and v.startswith(STACK[pkg])
-        out.append(
-            Check(
-                pkg,
-                ok,
-                f"{pkg} {v}" if v else f"{pkg} not installed",
-                "" if ok else f"pip install -e .[gpu] (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)",
-            )
-        )
-    fa = _version("flash-attn") or _version("flash_attn")
-    from sarl.backends.verl.attention import flash_attn_usable
+        fix = "" if ok else f"pip install -e .[gpu] (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)"
+        out.append(Check(pkg, ok, f"{pkg} {v}" if v else f"{pkg} not installed", fix))
+    from sarl.backends.verl.attention import check_flash_attn
 
-    usable = flash_attn_usable()
-    out.append(
-        Check(
-            "flash-attn",
-            True,
-            f"flash-attn {fa}, usable: {usable}"
-            if fa
-            else "not installed: backend.attn_implementation=auto uses sdpa (exact, slower)",
-        )
-    )
+    out.append(check_flash_attn(_version("flash-attn") or _version("flash_attn")))
     return out
 
 
 def _driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it ("580.82.07"), or None without one."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
@@ -153,16 +163,6 @@ def gpu_gib(cfg: DictConfig, measure: bool = True) -> tuple[float, str]:
     except Exception:  # no usable CUDA: plan against the configured GPU
         pass
     return float(cfg.backend.gpu_memory_gib), "backend.gpu_memory_gib"
-
-
-def check_attention(cfg: DictConfig) -> Check:
-    from sarl.backends.verl.attention import resolve_attn_implementation
-
-    try:
-        impl = resolve_attn_implementation(str(cfg.backend.attn_implementation))
-    except ValueError as err:
-        return Check("attention", False, str(err), "backend.attn_implementation=auto")
-    return Check("attention", True, f"actor, reference and critic load with {impl}")
 
 
 def _embedding_server_utilization(cfg: DictConfig, reward_cfg: dict) -> float | None:
@@ -535,6 +535,7 @@ def trl_preflight(cfg: DictConfig) -> list[Check]:
 
 def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
     """Every check for the composed config of a verl row."""
+    from sarl.backends.verl.attention import check_attention
     from sarl.backends.verl.config import build_verl_config
     from sarl.runtime.runs import experiment_name, resolve_run_dir
     from sarl.serving.auto import check_reward_endpoints
@@ -542,7 +543,7 @@ def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
     experiment = experiment_name(choices)
     run_dir = resolve_run_dir(cfg, experiment)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    checks: list[Check] = [check_gpus(cfg), *check_stack(), check_attention(cfg)]
+    checks: list[Check] = [check_gpus(cfg), *check_stack(), check_attention(str(cfg.backend.attn_implementation))]
     try:
         check_reward_endpoints(cfg, reward_cfg)
         verl_cfg = build_verl_config(cfg, copy.deepcopy(reward_cfg), str(run_dir), experiment)

@@ -19,8 +19,12 @@ critic (`HFModelConfig.__post_init__` imports `external_lib`).
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 from typing import Any
+
+from sarl.runtime.checks import Check
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +32,67 @@ CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PATCH_MODULE = __name__  # what `critic.model.external_lib` names
 
 
+FLASH_ATTN_FIX = (
+    "reinstall flash-attn against the installed torch (pip install flash-attn --no-build-isolation), "
+    "or set backend.attn_implementation=sdpa"
+)
+
+
+@functools.cache
+def flash_attn_import_error() -> str | None:
+    """Why flash-attn's compiled CUDA extension does not import in this process (the exception's type and the
+    first line of its message, shortened), or None where it imports. `flash_attn` imports
+    `flash_attn.flash_attn_interface`, which imports the extension `flash_attn_2_cuda`: a wheel built for another
+    torch fails there ("undefined symbol: ..."), which the package metadata that transformers reads cannot show."""
+    try:
+        importlib.import_module("flash_attn")
+        importlib.import_module("flash_attn.flash_attn_interface")
+    except Exception as err:  # ImportError (an ABI mismatch, a missing library), OSError, RuntimeError
+        first = next(iter(str(err).strip().splitlines()), "")
+        first = first if len(first) <= 200 else first[:197] + "..."
+        return f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return None
+
+
+@functools.cache
 def flash_attn_usable() -> bool:
-    """Whether transformers can run flash_attention_2 here (the package installed and a CUDA device)."""
+    """Whether flash_attention_2 can run here: transformers finds the package and a CUDA device, and the package's
+    compiled extension really imports (once per process; where it does not, the reason and the fix are logged)."""
     from transformers.utils import is_flash_attn_2_available
 
-    return bool(is_flash_attn_2_available())
+    if not is_flash_attn_2_available():
+        return False
+    err = flash_attn_import_error()
+    if err is not None:
+        log.warning(
+            "flash-attn is installed but does not import (%s): backend.attn_implementation=auto uses sdpa; %s",
+            err,
+            FLASH_ATTN_FIX,
+        )
+        return False
+    return True
+
+
+def check_flash_attn(installed: str | None) -> Check:
+    """The preflight's flash-attn row for version `installed` of the package (None: not installed, sdpa is used): an
+    installed flash-attn whose compiled extension does not import fails (every worker would fail at model load)."""
+    if not installed:
+        return Check("flash-attn", True, "not installed: backend.attn_implementation=auto uses sdpa (exact, slower)")
+    err = flash_attn_import_error()
+    if err is not None:
+        return Check(
+            "flash-attn", False, f"flash-attn {installed} installed but does not import: {err}", FLASH_ATTN_FIX
+        )
+    return Check("flash-attn", True, f"flash-attn {installed}, usable: {flash_attn_usable()}")
+
+
+def check_attention(requested: str) -> Check:
+    """The preflight's attention row: what actor, reference and critic load with for `backend.attn_implementation`."""
+    try:
+        impl = resolve_attn_implementation(requested)
+    except ValueError as err:
+        return Check("attention", False, str(err), "backend.attn_implementation=auto")
+    return Check("attention", True, f"actor, reference and critic load with {impl}")
 
 
 def resolve_attn_implementation(requested: str, flash_available: bool | None = None) -> str:
@@ -45,7 +105,7 @@ def resolve_attn_implementation(requested: str, flash_available: bool | None = N
     if requested == "flash_attention_2" and not available:
         raise ValueError(
             "backend.attn_implementation=flash_attention_2, but flash-attn cannot be used on this node "
-            "(not installed, or no CUDA device): `pip install flash-attn --no-build-isolation`, "
+            "(not installed, not importable, or no CUDA device): `pip install flash-attn --no-build-isolation`, "
             "or set backend.attn_implementation=auto (sdpa where flash-attn is missing)"
         )
     return requested
