@@ -26,6 +26,9 @@ LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"launch": ("sarl.launch",)},
     {"entry points": ("sarl",), "bench": ("sarl.bench",)},
 ]
+# The packages whose __init__ declares a public API: names loaded lazily from their defining modules
+# (tests/test_public_api.py), not imported at module level.
+PUBLIC_API = ("sarl", "baselines", "eval/grading")
 ROOT_MODULES_MAX = 8  # sarl/*.py: the user-facing entry points
 MODULE_LINES_MAX = 600
 
@@ -196,5 +199,5 @@ def test_one_home_per_name():
             assert "noqa: F401" not in lines[node.lineno - 1] or "register" in lines[node.lineno - 1], (
                 f"{where}: an unused import of a project name (a re-export); import it where it is used"
             )
-        if path.name == "__init__.py":
+        if path.name == "__init__.py" and path.parent.relative_to(ROOT).as_posix() not in PUBLIC_API:
             assert "__all__" not in text, f"{path}: __all__ forwards names; import them from their modules instead"

@@ -17,4 +17,27 @@ astronomically large number, and one with an expensive feature is stopped inside
 the worker, which is replaced on the next check (`stats()["timeouts"]`). Each counts as "not equivalent" and
 is logged (docs/grading.md "Bounded cost").
 Model text is only ever handed to math-verify's parser, never to Python's `eval`.
+
+The names above are its public API (`from eval.grading import is_equivalent`), with `Grader` and `Verdict`: each
+loaded from the module that defines it on first use (PEP 562).
 """
+
+import importlib
+
+_PUBLIC = {
+    "extract_answer": "eval.grading.extract",
+    "is_equivalent": "eval.grading.grader",
+    "equivalence_classes": "eval.grading.grader",
+    "Grader": "eval.grading.grader",
+    "Verdict": "eval.grading.grader",
+    "validate_gold": "eval.grading.gold",
+    "validate_gold_rows": "eval.grading.gold",
+    "avg_at_k": "eval.grading.scores",
+}
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)
