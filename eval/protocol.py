@@ -177,12 +177,13 @@ def resolve_plan(cfg: DictConfig) -> Plan:
     return Plan(name, str(p.paper), tuple(entries))
 
 
-def check_eval_config(cfg: DictConfig) -> None:
+def check_eval_config(cfg: DictConfig, here: bool = True) -> None:
     """Everything that can be checked before any model is loaded or any work done; a UserError names the
-    first key that cannot work."""
+    first key that cannot work. `here=False` (a job about to be submitted to SLURM): the checkpoint and the
+    cache directory are paths of the compute nodes, so only that a checkpoint is given and the settings."""
     if OmegaConf.is_missing(cfg, "ckpt"):
         raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    if str(cfg.generator.get("url", "auto")) == "auto":  # else an OpenAI-compatible server has the model by name
+    if here and str(cfg.generator.get("url", "auto")) == "auto":  # else an OpenAI-compatible server has the model
         check_model_source("ckpt", str(cfg.ckpt))  # a directory, or a Hub id in the cache or on a reachable Hub
     s = cfg.sampling
     for key, value, ok, what in (
@@ -196,7 +197,8 @@ def check_eval_config(cfg: DictConfig) -> None:
     ):
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))) or not ok(value):
             raise UserError(f"{key}={value!r}: must be {what}")
-    check_writable_dir(cfg.cache_dir, "cache_dir")
+    if here:
+        check_writable_dir(cfg.cache_dir, "cache_dir")
 
 
 def prepare_hint(name: str) -> str:

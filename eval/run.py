@@ -175,7 +175,7 @@ def _run_command(argv: list[str]) -> int:
     if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
         from slurm.launcher import dispatch
 
-        check_eval_config(cfg)  # a missing checkpoint or a bad value fails here, not in the queue
+        check_eval_config(cfg, here=False)  # no checkpoint or a bad value fails here, not in the queue
 
         return dispatch("eval.run", argv, cfg.launcher)
     return run(cfg, generator_chosen(argv))

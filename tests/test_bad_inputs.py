@@ -253,14 +253,17 @@ def test_slurm_launcher_without_slurm_says_so(tmp_path):
     assert "needs SLURM's sbatch" in proc.stderr and "launcher=local" in proc.stderr
 
 
-def test_eval_run_checks_the_checkpoint_before_handing_a_job_to_slurm(tmp_path, no_hub):
-    """launcher=slurm_h100 runs the same checks as a local evaluation before anything is submitted (no SLURM here:
-    the checks must fail first, with their own message, not the launcher's)."""
+def test_eval_run_checks_its_settings_before_handing_a_job_to_slurm(tmp_path, no_hub):
+    """launcher=slurm_h100 checks what it can before anything is submitted: a checkpoint is given, the settings are
+    valid (no SLURM here: these checks must fail first, with their own message, not the launcher's). The checkpoint
+    is a path of the compute nodes, so its existence is left to the job (tests/slurm/test_launcher.py)."""
     path = {**no_hub, "PATH": str(Path(sys.executable).parent)}
     proc = run_module("eval.run", "launcher=slurm_h100", f"paths.root={tmp_path}", env=path)
     assert_user_error(proc, "no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
-    proc = run_module("eval.run", "launcher=slurm_h100", "ckpt=MISSING", f"paths.root={tmp_path}", env=path)
-    assert_user_error(proc, "ckpt=MISSING: no such directory")
+    proc = run_module(
+        "eval.run", "launcher=slurm_h100", "ckpt=/ckpts/x", "sampling.n=0", f"paths.root={tmp_path}", env=path
+    )
+    assert_user_error(proc, "sampling.n=0: must be an integer >= 1")
     assert "needs SLURM's sbatch" not in proc.stderr
 
 
