@@ -121,7 +121,7 @@ def check_stack() -> list[Check]:
         fix = "" if ok else f"pip install -e .[gpu] (torch {STACK['torch']}x with CUDA) on a node with an NVIDIA driver"
         if problem := driver_problem(cuda, driver):
             ok, detail, fix = False, problem, DRIVER_FIX
-        elif driver and _numbers(cuda)[:1] and _numbers(cuda)[0] not in MIN_DRIVER:
+        elif driver and (major := _numbers(cuda)[:1]) and major[0] not in MIN_DRIVER:
             detail += f" (driver not checked: no known minimum for CUDA {cuda})"
     except ImportError:
         ok, detail, fix = False, "torch not importable", "pip install -e .[gpu]"

@@ -39,10 +39,10 @@ class ParsedSteps:
         }
 
 
-# Anything sanitize would change but NFC: a surrogate, a control character or a carriage return (one scan).
-_NEEDS_WORK = re.compile(r"[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\r]")
-# The ASCII ones of `_CONTROL`, deleted by bytes.translate in sanitize's fast path.
-_ASCII_CONTROL = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+# Derived from the two patterns above. Anything sanitize would change but NFC: a surrogate, a control character or a
+# carriage return (one scan); and the ASCII control characters, deleted by bytes.translate in its fast path.
+_NEEDS_WORK = re.compile(f"{_SURROGATE.pattern}|{_CONTROL.pattern}|\r")
+_ASCII_CONTROL = bytes(c for c in range(0x80) if _CONTROL.match(chr(c)))
 
 
 def sanitize(text: str) -> tuple[str, bool]:
