@@ -203,8 +203,6 @@ def test_dimension_inferred_from_the_majority_not_the_first_vector():
 
 
 def test_every_embedding_config_composes():
-    from omegaconf.errors import MissingMandatoryValue
-
     from sarl.serving.http import HTTPEmbedder
 
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -213,8 +211,10 @@ def test_every_embedding_config_composes():
         local = compose(config_name="score", overrides=["embedding=local"])
     emb = instantiate(server.embedding)
     assert isinstance(emb, HTTPEmbedder) and emb.dim == 1024 and emb.model == "Qwen/Qwen3-Embedding-0.6B"
-    with pytest.raises(MissingMandatoryValue):
-        hidden.embedding.model
+    live = instantiate(hidden.embedding)  # model: policy, the policy being trained: unbound outside backend=trl
+    assert live.live and live.model is None and live.layer == -1
+    with pytest.raises(RuntimeError, match="only backend=trl binds; elsewhere set embedding.model to a checkpoint"):
+        live.embed(["a step"])
     assert local.embedding.model == "bundled-minilm"
 
 

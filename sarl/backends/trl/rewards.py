@@ -9,7 +9,8 @@ consecutive chunks (`rewards.view(-1, num_generations)`). The adapter gives each
 id, checks that a chunk really holds one prompt `num_generations` times (so a group reward never
 sees a partial or mixed group, e.g. under multi-process sharding), calls the reward once on the
 batch, and logs the same `reward/<diagnostic>/mean` and `reward/failed` metrics as the verl
-bridge through TRL's `log_metric`.
+bridge through TRL's `log_metric`, with the `extra_metrics` given (the live policy embedder's,
+sarl.backends.trl.live).
 
 A failed output (`RewardOutput.failed`) is returned as None, never as its `failed_score`:
 TRL leaves it out of its group's baseline and `SarlGRPOTrainer` masks its loss. After
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sarl.structure.interface import Reward, RewardsFailedError, RolloutBatch
 from sarl.structure.metrics import batch_diagnostic_keys, reward_metrics
@@ -46,6 +47,7 @@ class TRLReward:
         tokenizer: Any = None,
         name: str | None = None,
         max_failed_steps: int | None = None,
+        extra_metrics: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         if max_failed_steps is not None and max_failed_steps < 1:
             raise ValueError(f"max_failed_steps must be >= 1 or None (never stop), got {max_failed_steps}")
@@ -57,6 +59,7 @@ class TRLReward:
         self.failed_total = 0
         self.max_failed_steps = max_failed_steps
         self.failed_streak = 0  # consecutive calls in which every reward failed
+        self.extra_metrics = extra_metrics  # logged after each call (the live embedder's: sarl.backends.trl.live)
 
     def _prompt_text(self, prompt: Any) -> str:
         if isinstance(prompt, str):
@@ -117,6 +120,8 @@ class TRLReward:
             raise RuntimeError(f"reward returned {len(outputs)} outputs for {len(batch)} responses")
         self.calls += 1
         metrics = reward_metrics(outputs, batch_diagnostic_keys(self.reward, outputs))
+        if self.extra_metrics is not None:
+            metrics.update(self.extra_metrics())
         self.failed_total += int(metrics["reward/failed"])
         if log_metric is not None:
             for key, value in metrics.items():

@@ -340,14 +340,19 @@ def reference_model(cfg: DictConfig, model_path: Path | str):
     return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
 
 
-def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict) -> tuple[Any, Any]:
+def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict, model: Any, tokenizer: Any) -> tuple[Any, Any]:
     """The run's held-out evaluation (`heldout` node): SR by the structure reward on the run's embedder; and that
-    embedder (built once: a training reward with an `embedder` uses the same one)."""
+    embedder (built once: a training reward with an `embedder` uses the same one). For the live policy embedder
+    (embedding=policy_hidden), SR is measured on a frozen copy of the starting policy `model` instead
+    (sarl.backends.trl.live.frozen_copy)."""
     from hydra.utils import instantiate
 
+    from sarl.backends.trl.live import frozen_copy
     from sarl.reports.heldout import HeldOut
+    from sarl.structure.embed.hidden import asks_for_live_policy
 
-    embedder = instantiate(reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True))
+    node = reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True)
+    embedder = frozen_copy(node, model, tokenizer) if asks_for_live_policy(node) else instantiate(node)
     structure = instantiate(OmegaConf.to_container(cfg.heldout.structure, resolve=True), embedder=embedder)
     train_file = cfg.data.get("trl_train_files")  # held-out prompts must not be training prompts
     train_rows = read_jsonl(resolve_path(str(train_file)), "data.trl_train_files") if train_file else None
@@ -383,10 +388,15 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     args = trainer_args(cfg, run_dir)
     heldout, heldout_before, embedder = None, None, None
     reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
+    live = None  # embedding=policy_hidden: the reward embeds with the policy being trained (sarl.backends.trl.live)
+    if cfg.algorithm.name == "grpo":
+        from sarl.backends.trl.live import live_policy_embedding
+
+        live = live_policy_embedding(reward_node, model, tokenizer)
     if cfg.get("heldout") and cfg.algorithm.name == "sft":
         log.info("heldout: not evaluated for algorithm=sft (the held-out before/after is for the RL runs)")
     elif cfg.get("heldout"):
-        heldout, embedder = _heldout(cfg, run_dir, reward_node)
+        heldout, embedder = _heldout(cfg, run_dir, reward_node, model, tokenizer)
         heldout_before = heldout.before(model, tokenizer)
     wandb_run = _wandb_run(cfg, meta, run_dir, env) if main else None
     recorder = MetricsRecorder(metrics_path, wandb_run)
@@ -397,6 +407,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             from sarl.structure.interface import build_reward
 
             shared = {"embedder": embedder} if embedder is not None and reward_node.get("embedder") else {}
+            if live is not None:
+                shared = {"embedder": live.embedder}
             reward_obj = build_reward(reward_node, **shared)  # one embedder for reward and held-out
             problem = reward_obj.check_ready()
             if problem is not None:
@@ -409,6 +421,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
                 tokenizer=tokenizer,
                 name=str(cfg.get("reward_name") or "reward"),
                 max_failed_steps=int(max_failed) if max_failed is not None else None,
+                extra_metrics=live.metrics if live is not None else None,
             )
             reward.failed_total = failed_before
             trainer = SarlGRPOTrainer(
@@ -420,6 +433,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
                 callbacks=[recorder],
                 resample_tags_seed=int(cfg.seed) if cfg.train.resample_tags else None,
             )
+            if live is not None:
+                live.follow(trainer)
         elif cfg.algorithm.name == "sft":
             from trl import SFTTrainer
 
