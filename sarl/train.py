@@ -53,6 +53,7 @@ class UnsupportedOnBackend(RuntimeError):
 
 def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
     """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
+    from sarl.structure.embed.hidden import asks_for_live_policy
     from sarl.structure.interface import reward_class
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
@@ -74,6 +75,11 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
             raise UnsupportedOnBackend(why)
     if backend == "verl" and algorithm == "dpo":
         raise UnsupportedOnBackend("algorithm=dpo is not a verl trainer: run it with backend=trl (TRL's DPOTrainer)")
+    if backend == "verl" and algorithm not in ("dpo", "sft") and asks_for_live_policy(cfg.reward.get("embedder")):
+        raise UnsupportedOnBackend(
+            "embedding=policy_hidden (model: policy) embeds with the policy being trained, which verl's reward "
+            "workers do not hold (decisions §1.2): run it with backend=trl, or use embedding=vllm_server on verl"
+        )
     if algorithm in ("dpo", "sft"):
         return  # DPO learns from preference pairs, SFT from traces; the reward group is not used
     target = cfg.reward.get("_target_")
@@ -166,7 +172,7 @@ def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: 
         if n > 1:
             sys.stderr.write(dry_run_command(launch_command(run_dir, n), [run_dir / "config.yaml"]))
         return 0
-    from sarl.preflight import run_trl_cheap_checks
+    from sarl.backends.trl.preflight import run_trl_cheap_checks
 
     run_trl_cheap_checks(cfg)  # the GPUs the processes need, the memory plan
     if n > 1:

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from sarl import preflight
+from sarl.backends.verl import preflight as verl_preflight
+from sarl.runtime import node_checks
+from sarl.runtime.checks import Check
 
 UNDEFINED_SYMBOL = (
     "/venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: "
@@ -33,7 +35,7 @@ UNDEFINED_SYMBOL = (
 )
 def test_a_driver_new_enough_for_the_cuda_of_torch_passes(cuda, driver):
     """At or above the minimum of the CUDA major version: no problem."""
-    assert preflight.driver_problem(cuda, driver) is None
+    assert node_checks.driver_problem(cuda, driver) is None
 
 
 @pytest.mark.parametrize(
@@ -49,15 +51,15 @@ def test_a_driver_new_enough_for_the_cuda_of_torch_passes(cuda, driver):
 )
 def test_a_driver_too_old_for_the_cuda_of_torch_is_named_with_the_minimum(cuda, driver, need):
     """Below the minimum: one line naming both versions."""
-    problem = preflight.driver_problem(cuda, driver)
+    problem = node_checks.driver_problem(cuda, driver)
     assert problem == f"torch built for CUDA {cuda} needs NVIDIA driver >= {need}; this node has {driver}"
 
 
 def test_versions_compare_as_numbers():
     """Versions are tuples of ints, not strings."""
-    assert preflight._numbers("580.65.06") == (580, 65, 6)
-    assert preflight._numbers("12.10") > preflight._numbers("12.9")
-    assert preflight.MIN_DRIVER[13] == "580.65.06" and preflight.MIN_DRIVER[12] == "525.60.13"
+    assert node_checks.version_numbers("580.65.06") == (580, 65, 6)
+    assert node_checks.version_numbers("12.10") > node_checks.version_numbers("12.9")
+    assert node_checks.MIN_DRIVER[13] == "580.65.06" and node_checks.MIN_DRIVER[12] == "525.60.13"
 
 
 @pytest.mark.parametrize(
@@ -66,7 +68,7 @@ def test_versions_compare_as_numbers():
 )
 def test_an_unknown_cuda_or_driver_reports_no_problem(cuda, driver):
     """No CUDA, no driver, or a CUDA major version without a known minimum."""
-    assert preflight.driver_problem(cuda, driver) is None
+    assert node_checks.driver_problem(cuda, driver) is None
 
 
 def stack_row(monkeypatch, cuda, driver, available=True):
@@ -75,12 +77,12 @@ def stack_row(monkeypatch, cuda, driver, available=True):
     pytest.importorskip("verl")  # check_stack's flash-attn row: sarl.backends.verl.attention
     import torch
 
-    real = preflight._version
-    monkeypatch.setattr(preflight, "_version", lambda pkg: "2.11.0" if pkg == "torch" else real(pkg))
+    real = verl_preflight.installed_version
+    monkeypatch.setattr(verl_preflight, "installed_version", lambda pkg: "2.11.0" if pkg == "torch" else real(pkg))
     monkeypatch.setattr(torch.version, "cuda", cuda)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
-    monkeypatch.setattr(preflight, "_driver_version", lambda: driver)
-    (row,) = [c for c in preflight.check_stack() if c.name == "torch / CUDA / driver"]
+    monkeypatch.setattr(verl_preflight, "driver_version", lambda: driver)
+    (row,) = [c for c in verl_preflight.check_stack() if c.name == "torch / CUDA / driver"]
     return row
 
 
@@ -193,12 +195,12 @@ def test_a_long_import_error_is_shortened_to_its_first_line(attention, monkeypat
 def flash_attn_row(monkeypatch, attention, installed: str | None, import_error: str | None):
     """The flash-attn row of check_stack where the package metadata names version `installed` (None: not
     installed) and importing it fails with `import_error` (None: it imports)."""
-    real = preflight._version
+    real = verl_preflight.installed_version
     names = ("flash-attn", "flash_attn")
-    monkeypatch.setattr(preflight, "_version", lambda pkg: installed if pkg in names else real(pkg))
+    monkeypatch.setattr(verl_preflight, "installed_version", lambda pkg: installed if pkg in names else real(pkg))
     monkeypatch.setattr(attention, "flash_attn_import_error", lambda: import_error)
     monkeypatch.setattr(attention, "flash_attn_usable", lambda: import_error is None)
-    (row,) = [c for c in preflight.check_stack() if c.name == "flash-attn"]
+    (row,) = [c for c in verl_preflight.check_stack() if c.name == "flash-attn"]
     return row
 
 
@@ -220,8 +222,6 @@ def test_check_stack_passes_a_flash_attn_that_imports_and_one_not_installed(monk
 
 def test_the_attention_row_names_what_the_models_load_with(attention):
     """The attention row: the implementation every verl model loads with, or the invalid choice and its fix."""
-    assert attention.check_attention("sdpa") == preflight.Check(
-        "attention", True, "actor, reference and critic load with sdpa"
-    )
+    assert attention.check_attention("sdpa") == Check("attention", True, "actor, reference and critic load with sdpa")
     row = attention.check_attention("flash")
     assert not row.ok and "choose one of" in row.detail and row.fix == "backend.attn_implementation=auto"

@@ -13,6 +13,7 @@ from testkit import smoke_small
 from sarl import preflight
 from sarl.backends.trl import distributed
 from sarl.backends.trl import memory as trl_memory
+from sarl.backends.trl import preflight as trl_preflight
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.run import dry_run_config, unsupported
 from sarl.launch.compose import compose_train_config
@@ -143,7 +144,7 @@ def test_single_process_rows_are_unchanged(tmp_path):
         cfg, _ = compose_train_config([f"+exp={row}"])
         assert distributed.processes(cfg) == 1 and distributed.fsdp_args(cfg) == {}
         assert not trl_memory.planned(cfg)  # a policy built on this machine trains on the CPU
-        preflight.run_trl_cheap_checks(cfg)  # nothing to refuse
+        trl_preflight.run_trl_cheap_checks(cfg)  # nothing to refuse
     cfg, _ = compose_train_config(["+exp=smoke"])
     printed = dry_run_config(cfg, tmp_path)
     assert "launch" not in printed
@@ -163,7 +164,7 @@ def test_the_preflight_accepts_dpo_open_and_refuses_one_float32_gpu():
         dpo_open("train.n_gpus_per_node=1", "backend.bf16=false"), H100, "backend.gpu_memory_gib"
     )
     assert not bad.ok and "111.0 of 79.6 GiB (139%)" in bad.detail and bad.fix == "set train.n_gpus_per_node=3"
-    checks = {c.name: c for c in preflight.trl_preflight(dpo_open("train.n_gpus_per_node=1", "backend.bf16=false"))}
+    checks = {c.name: c for c in trl_preflight.trl_preflight(dpo_open("train.n_gpus_per_node=1", "backend.bf16=false"))}
     assert not checks["memory plan"].ok and checks["TRL config"].ok and checks["models"].ok
     missing = dpo_open("model.path=/nowhere")
     assert not trl_memory.check_memory_plan(missing, H100, "x")[0].ok
@@ -186,7 +187,7 @@ def test_sarl_train_refuses_a_plan_that_does_not_fit_in_one_line(tmp_path, caplo
     assert line.startswith("memory plan: 1 GPU(s)") and line.endswith("-> set train.n_gpus_per_node=3")
     assert not (tmp_path / "run").exists()  # refused before anything is written
     with pytest.raises(PreflightError, match="memory plan"):
-        preflight.run_trl_cheap_checks(dpo_open("train.micro_batch_size_per_gpu=32"))
+        trl_preflight.run_trl_cheap_checks(dpo_open("train.micro_batch_size_per_gpu=32"))
 
 
 def test_the_processes_need_their_gpus(monkeypatch):
