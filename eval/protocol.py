@@ -8,7 +8,9 @@ lengths of Structured Reasoning Tables 2-3) and `benchmarks`, a list of groups {
 max_tokens]}. Kinds: math (answers graded by eval.grading), wildbench (judged), code (scored by running the
 benchmark's tests). An optional `files` maps a benchmark to its own data file (a path or `pkg://package/path`,
 eval.data): the smoke protocol's held-out prompts ship in the package, so they need no `sarl.data.prepare`; every
-other benchmark is read from `<paths.data_dir>/<name>/test.parquet`.
+other benchmark is read from `<paths.data_dir>/<name>/test.parquet`. A group of kind math may name the prompt
+template that asks its benchmarks (`prompt: NAME`, conf/eval/prompt/NAME.yaml; none or null: each benchmark's
+prepared prompt): `eval.prompts`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import SamplingConfig
 from eval.metrics import check_metric
+from eval.prompts import PREPARED, BenchmarkPrompt, ask, benchmark_prompt, format_prompts
 from sarl.runtime.errors import UserError, check_writable_dir
 from sarl.runtime.files import CONF_DIR
 from sarl.runtime.hub import check_model_source
@@ -48,6 +51,7 @@ class BenchmarkPlan:
     sampling: SamplingConfig
     sweep: tuple[str, Any] | None = None  # (sampling key, value)
     file: str | None = None  # the protocol's own data file (`files:`); None: <paths.data_dir>/<name>/test.parquet
+    prompt: BenchmarkPrompt | None = None  # how it is asked (eval.prompts); None: its prepared messages
 
     def path(self, data_dir: str | Path) -> Path:
         """The benchmark's data file."""
@@ -76,6 +80,7 @@ class BenchmarkPlan:
             "sampling": self.sampling.cache_identity(),
             "sweep": list(self.sweep) if self.sweep else None,
             "file": self.file,
+            "prompt": self.prompt.describe() if self.prompt else None,
         }
 
 
@@ -136,6 +141,7 @@ def resolve_plan(cfg: DictConfig) -> Plan:
     files = OmegaConf.to_container(p.files, resolve=True) if p.get("files") else {}
     if not isinstance(files, dict):
         raise UserError(f"{where}: files must map benchmark names to data files, not {files!r}")
+    override = cfg.get("prompt")  # conf/eval.yaml `prompt`: every math group asked so (`prepared`: as prepared)
     entries: list[BenchmarkPlan] = []
     for point in sweep_values:
         for group in p.benchmarks:
@@ -156,10 +162,16 @@ def resolve_plan(cfg: DictConfig) -> Plan:
             if point is not None:
                 overrides[point[0]] = point[1]
             sampling = _sampling(cfg, where, overrides)
+            template = group.get("prompt")
+            if template is not None and kind != "math":
+                raise UserError(f"{where}: prompt={template!r} for {list(group.names)}: only kind math groups name one")
+            if override is not None and kind == "math":
+                template = None if str(override) == PREPARED else override
             for bench in group.names or []:
                 label = str(bench) if point is None else f"{bench}/{point[0]}={point[1]}"
                 file = files.get(str(bench))
-                entries.append(BenchmarkPlan(str(bench), label, kind, n, metrics, sampling, point, file))
+                prompt = benchmark_prompt(str(bench), None if template is None else str(template), file)
+                entries.append(BenchmarkPlan(str(bench), label, kind, n, metrics, sampling, point, file, prompt))
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{where}: a benchmark is listed twice: {labels}")
@@ -229,7 +241,8 @@ def format_plan(plan: Plan, data_dir: str | Path) -> str:
         f"protocol {plan.protocol} ({plan.paper}): {len(plan.entries)} benchmark runs, {len(groups)} sampling "
         f"setting(s); data under {data_dir}",
     ]
-    header = ("benchmark", "kind", "scoring", "n", "k", "seeds", "metrics", "max_tokens", "temp", "top_p", "top_k")
+    header = ("benchmark", "kind", "scoring", "n", "k", "seeds", "metrics", "max_tokens", "temp", "top_p", "top_k",
+              "prompt")  # fmt: skip
     rows = [header]
     for e in plan.entries:
         s = e.sampling
@@ -246,12 +259,14 @@ def format_plan(plan: Plan, data_dir: str | Path) -> str:
                 f"{s.temperature:g}",
                 f"{s.top_p:g}",
                 str(s.top_k) if s.top_k else "-",
+                (e.prompt.template if e.prompt and e.prompt.template else "prepared"),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     kwargs = {repr(e.sampling.chat_template_kwargs) for e in plan.entries}
     lines.append(f"chat_template_kwargs: {', '.join(sorted(kwargs))}")
+    lines += format_prompts([e for e in plan.entries if e.prompt])
     shipped = {e.name: e.file for e in plan.entries if e.file}
     lines += [f"data of {n}: {file}" for n, file in shipped.items()]
     missing = {e.name: e for e in plan.entries if not e.path(data_dir).exists()}
@@ -278,12 +293,16 @@ class Benchmark:
 
 
 def load_benchmarks(cfg: DictConfig, entries: Iterable[BenchmarkPlan]) -> list[Benchmark]:
-    """The problems of each planned benchmark (each file read once)."""
-    problems: dict[str, list[Problem]] = {}
+    """The problems of each planned benchmark (each file read once), asked by the benchmark's prompt."""
+    read: dict[str, list[Problem]] = {}
+    asked: dict[tuple[str, str], list[Problem]] = {}
     out = []
     for e in entries:
-        if e.name not in problems:
-            problems[e.name] = load_benchmark(e.path(cfg.paths.data_dir), e.name, e.kind, cfg.limit)
-        out.append(Benchmark(e.name, e.kind, problems[e.name], e.n, e))
-        log.info("%s (%s): %d problems x %d samples", e.label, e.kind, len(problems[e.name]), e.n)
+        if e.name not in read:
+            read[e.name] = load_benchmark(e.path(cfg.paths.data_dir), e.name, e.kind, cfg.limit)
+        key = (e.name, repr(e.prompt.describe()) if e.prompt else "")
+        if key not in asked:
+            asked[key] = ask(read[e.name], e.name, e.prompt) if e.prompt else read[e.name]
+        out.append(Benchmark(e.name, e.kind, asked[key], e.n, e))
+        log.info("%s (%s): %d problems x %d samples", e.label, e.kind, len(asked[key]), e.n)
     return out

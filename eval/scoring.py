@@ -195,9 +195,9 @@ def score_benchmarks(
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """Per-benchmark summaries (math and code; wildbench) and one row per problem (code runs in `judgements`)."""
-    from eval.grading.extract import extract_answer
     from eval.grading.grader import Grader
     from eval.metrics import benchmark_metrics
+    from eval.prompts import answer_reader
     from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
@@ -208,6 +208,8 @@ def score_benchmarks(
     try:
         for b in benchmarks:
             problem_summaries = []
+            # the answer as the benchmark's prompt asks for it: the last \boxed{}, or "Answer: X" (eval.prompts)
+            extract_answer = answer_reader(b.plan.prompt.answer if b.plan and b.plan.prompt else "boxed")
             for p in b.problems:
                 samples = []
                 for i in range(b.n_samples):

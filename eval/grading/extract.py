@@ -3,6 +3,8 @@
 - `strip_thinking`: the final answer part: the text after the last `</think>`; nothing when a `<think>`
   never closes (the generation was cut off while thinking); the whole text when there is no think tag.
 - `extract_answer`: the last `\\boxed{...}` (or `\\boxed ...`, `\\fbox{...}`) of that part.
+- `extract_answer_line`: the letter of the last "Answer: X" of that part, for a multiple-choice prompt that asks
+  for "Answer: $LETTER" (Structured Reasoning App. A.8; conf/eval/prompt/structured.yaml).
 
 `answer_in_unclosed_think=True` is the other reading, for a method that takes the last box of an unfinished
 thinking as its answer: the whole text then counts when `<think>` never closes. The rewards take it as a
@@ -21,6 +23,11 @@ _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (\{, \}, \\) or a grouping brace
 _BLANKS = re.compile(r"[ \t]*")
 _REST_OF_LINE = re.compile(r"[^$\n]*")
+# "Answer: B", "**Answer:** B", "Answer: (B)", "Answer: $B$", "Answer: \\boxed{B}": the capital letter after the colon
+_ANSWER_LINE = re.compile(
+    r"(?i:answer)[ \t]*\**[ \t]*:[ \t]*\**[ \t]*(?:\$|\\\(|\\boxed\{|\\text\{|\\textbf\{|\(|\*\*)*[ \t]*"
+    r"([A-Z])(?![A-Za-z0-9])"
+)
 
 
 def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str | None:
@@ -49,6 +56,16 @@ def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str 
         if content:
             return content
     return None
+
+
+def extract_answer_line(text: str, *, answer_in_unclosed_think: bool = False) -> str | None:
+    """The letter (A-Z) of the last "Answer: X" in the final answer part (`strip_thinking`), markup around the
+    letter allowed ("**Answer:** (B)", "Answer: $B$", "Answer: \\boxed{B}"); None if there is none. The letter
+    must stand alone: "Answer: Because ..." is no answer."""
+    if not isinstance(text, str):
+        return None
+    found = _ANSWER_LINE.findall(strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think))
+    return found[-1] if found else None
 
 
 def _matching_braces(text: str, start: int) -> dict[int, int]:

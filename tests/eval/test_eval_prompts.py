@@ -1,0 +1,340 @@
+"""Evaluation prompts (conf/eval/prompt/, eval.prompts; docs/decisions.md §3.1 "Prompts"): each protocol asks its
+benchmarks with its paper's prompt, applied to the raw question read back from the prepared rows, grades the answer
+that prompt asks for, prints it in the dry run, and asks every `*_paper` row's benchmarks as the row was trained
+unless decisions §3.1 lists the row, the benchmarks and why."""
+
+from __future__ import annotations
+
+import json
+import re
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+from eval_helpers import FakeChatServer, chat_reply
+from omegaconf import OmegaConf
+
+from eval import run as eval_run
+from eval.config import compose_eval_config
+from eval.grading.extract import extract_answer_line
+from eval.prompts import (
+    Template,
+    data_config,
+    data_template,
+    load_templates,
+    protocols_of_table,
+    template_names,
+)
+from eval.protocol import format_plan, load_benchmarks, resolve_plan
+from sarl.runtime.errors import UserError
+from sarl.runtime.files import read_jsonl, resolve_path
+
+ROOT = Path(__file__).resolve().parents[2]
+DECISIONS = ROOT / "docs" / "decisions.md"
+EVOL_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+# Source rows in each set's own columns, as the Hub gives them (conf/data/<name>.yaml `fields`).
+SOURCES = {
+    "math500": [
+        {"unique_id": "test/a/1.json", "problem": "What is $2+3$?", "answer": "5", "subject": "A", "level": 1},
+        {"unique_id": "test/a/2.json", "problem": "Solve {x}: x-1=0.", "answer": "1", "subject": "A", "level": 2},
+    ],
+    "drop": [
+        {
+            "query_id": "q1",
+            "passage": "Tom scored 3 goals.",
+            "question": "How many goals?",
+            "answers_spans": {"spans": ["3"], "types": ["number"]},
+            "section_id": "s1",
+        },
+    ],  # fmt: skip
+    "lsat_ar": [
+        {
+            "query": "Q: Which one is first? Answer Choices: (A)x (B)y A: Among A through E, the answer is",
+            "choices": ["(A)red", "(B)blue", "(C)green", "(D)gray", "(E)pink"],
+            "gold": [1],
+        },
+        {
+            "query": "Q: Which one is last? Answer Choices: ...",
+            "choices": ["(A)a", "(B)b", "(C)c", "(D)d", "(E)e"],
+            "gold": [4],
+        },
+    ],  # fmt: skip
+    "gpqa_diamond": [
+        {
+            "Record ID": "r1",
+            "Question": "Which particle is charged?",
+            "Correct Answer": "electron",
+            "Incorrect Answer 1": "neutron",
+            "Incorrect Answer 2": "photon",
+            "Incorrect Answer 3": "neutrino",
+            "Subdomain": "Physics",
+            "High-level domain": "Physics",
+        },
+    ],  # fmt: skip
+}
+
+
+def prepare(data_dir: Path, name: str) -> list[dict]:
+    """The set built as `python -m sarl.data.prepare dataset=NAME` builds it, from SOURCES: its records."""
+    from sarl.data import benchmark_sets  # noqa: F401  (registers the choice and reading builders)
+    from sarl.data.build import BUILDERS, Steps
+    from sarl.data.writers import write_parquet
+
+    spec = data_config(name)
+    built = BUILDERS[spec["builder"]](spec, SOURCES[name], Steps(name), False)
+    records = built.splits[spec["split"]]
+    write_parquet(records, data_dir / name / "test.parquet")
+    return records
+
+
+def loaded(data_dir: Path, protocol: str, *overrides: str) -> dict:
+    cfg = compose_eval_config(["ckpt=x", f"protocol={protocol}", f"paths.data_dir={data_dir}", *overrides])
+    plan = resolve_plan(cfg)
+    return {b.label: b for b in load_benchmarks(cfg, plan.entries)}
+
+
+def test_every_template_file_loads_and_the_structured_one_is_the_training_prompt():
+    """conf/eval/prompt/structured.yaml writes exactly what baselines.structured_prompt trains with (App. A.8), and
+    reads back the question of a prompt with a per-row tag draw (App. A.4)."""
+    from baselines.structured_prompt import TAGS, randomized_prompt, structured_prompt
+
+    assert {"sarl", "evol_rl", "structured"} <= set(template_names())
+    for name in template_names():
+        assert load_templates(name)["math"].slots().count("question") == 1, name
+    tagged = load_templates("structured")
+    assert tagged["math"].tags == TAGS
+    question = "If {x} + 1 = 3, what is x?"
+    assert tagged["math"].render(question) == [{"role": "user", "content": structured_prompt(question)}]
+    drawn = [{"role": "user", "content": randomized_prompt(question, seed=0, key="r7")}]
+    assert tagged["math"].question_of(drawn) == question
+    choice = tagged["choice"].render("Which?", ["red", "blue", "green", "gray", "pink"])[0]["content"]
+    assert "\nWhich?\n\nA) red\nB) blue\nC) green\nD) gray\nE) pink\n\nPlease reason step by step, and answer" in choice
+    assert choice.endswith("'Answer: $LETTER' (without quotes) where LETTER is one of ABCDE.")
+    assert choice.startswith(structured_prompt("Which?").split("\n")[0] + "\n")  # the same 23 tags, in order
+
+
+def test_a_malformed_template_is_a_one_line_error(tmp_path, monkeypatch):
+    import eval.prompts as prompts
+
+    monkeypatch.setattr(prompts, "PROMPT_DIR", tmp_path)
+    (tmp_path / "bad.yaml").write_text("system: null\nmath: {user: 'no question here'}\n")
+    with pytest.raises(UserError, match=r"conf/eval/prompt/bad.yaml: math.user has no \{question\}"):
+        load_templates("bad")
+    (tmp_path / "bad.yaml").write_text("system: null\nmath: {user: '{question}', answer: letter}\n")
+    with pytest.raises(UserError, match=r"math.answer='letter'; choose one of: boxed, answer_line"):
+        load_templates("bad")
+    with pytest.raises(UserError, match=r"prompt 'nope': conf/eval/prompt/nope.yaml does not exist"):
+        load_templates("nope")
+
+
+def test_the_sarl_template_is_the_prepared_prompt_and_the_data_templates_read_back_their_questions(tmp_path):
+    """conf/eval/prompt/sarl.yaml is what the benchmarks are prepared with; the template of each set's data config
+    (`data_template`) reads back the question of every row the builders write."""
+    sarl = load_templates("sarl")
+    assert data_template(data_config("math500")) == sarl["math"]
+    assert data_template(data_config("gpqa_diamond")) == sarl["choice"]
+    for name in SOURCES:
+        for rec in prepare(tmp_path, name):
+            t = data_template(data_config(name))
+            question = t.question_of(rec["prompt"], rec["extra_info"].get("options"))
+            assert question is not None, (name, rec["prompt"])
+            assert t.render(question, rec["extra_info"].get("options")) == rec["prompt"]
+
+
+def test_protocols_ask_the_raw_question_with_their_papers_prompt(tmp_path):
+    for name in SOURCES:
+        prepare(tmp_path, name)
+    evol = loaded(tmp_path, "evol_rl", "only=[math500,gpqa_diamond]")
+    asked = evol["math500"].problems[1].messages
+    assert asked == [{"role": "system", "content": EVOL_SYSTEM}, {"role": "user", "content": "Solve {x}: x-1=0."}]
+    gpqa = evol["gpqa_diamond"].problems[0]
+    assert gpqa.messages[0] == {"role": "system", "content": EVOL_SYSTEM}
+    options = "\n".join(f"({letter}) {o}" for letter, o in zip("ABCD", gpqa.extra_info["options"]))
+    assert gpqa.messages[1]["content"] == (
+        f"Which particle is charged?\n\n{options}\n\n"
+        "Give the letter of the correct option (A, B, C or D) as the final answer."
+    )
+    tagged = loaded(tmp_path, "structured_temperature", "only=[math500,lsat_ar]", "protocol.sweep.temperature=[0.6]")
+    math = tagged["math500/temperature=0.6"].problems[0].messages
+    assert math == load_templates("structured")["math"].render("What is $2+3$?")
+    lsat = tagged["lsat_ar/temperature=0.6"].problems[0].messages[0]["content"]
+    assert "\nWhich one is first?\n\nA) red\nB) blue\nC) green\nD) gray\nE) pink\n\n" in lsat
+    drop = loaded(tmp_path, "structured", "only=[drop]", "protocol.sweep.max_tokens=[512]")["drop/max_tokens=512"]
+    assert (
+        "\nPassage: Tom scored 3 goals.\n\nQuestion: How many goals?\nPlease reason"
+        in drop.problems[0].messages[0]["content"]
+    )
+    as_prepared = loaded(tmp_path, "evol_rl", "only=[math500]", "prompt=prepared")["math500"].problems[0].messages
+    assert as_prepared == [
+        {"role": "user", "content": "What is $2+3$? " + data_config("math500")["prompt_suffix"].strip()}
+    ]
+
+
+def test_a_row_its_data_config_did_not_build_is_a_one_line_error(tmp_path):
+    prepare(tmp_path, "math500")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "math500" / "test.parquet"
+    rows = pq.read_table(path).to_pylist()
+    rows[1]["prompt"] = [{"role": "user", "content": "Solve it, another way."}]
+    from sarl.data.writers import write_parquet
+
+    write_parquet(rows, path)
+    with pytest.raises(UserError, match=r"benchmark 'math500', problem 'test/a/2.json': its prompt is not the one "):
+        loaded(tmp_path, "evol_rl", "only=[math500]")
+    rows[1]["extra_info"]["question"] = "Solve it."  # a raw question in the row is read as it is
+    write_parquet(rows, path)
+    assert loaded(tmp_path, "evol_rl", "only=[math500]")["math500"].problems[1].messages[1]["content"] == "Solve it."
+
+
+@pytest.mark.parametrize(
+    ("text", "letter"),
+    [
+        ("<think>\nAnswer: A\n</think>\nSo.\nAnswer: C", "C"),
+        ("**Answer:** (B)", "B"),
+        ("Final Answer: $D$", "D"),
+        ("Answer: \\boxed{E}", "E"),
+        ("Answer: Because it is red.", None),
+        ("<think>\nAnswer: A", None),  # never closed: no final answer
+        ("The answer is \\boxed{A}", None),  # the template asks for "Answer: X"
+    ],
+)
+def test_answer_line_reads_the_last_answer_letter(text, letter):
+    assert extract_answer_line(text) == letter
+
+
+def test_a_multiple_choice_template_is_graded_on_its_answer_letter(tmp_path):
+    """protocol=structured on LSAT-AR: the server answers problem 1 with "Answer: <gold>" and problem 2 with the
+    gold letter boxed but no answer line, so pass@1 is 50 at every seed; the prompt it saw is App. A.8's."""
+    data = tmp_path / "data"
+    records = prepare(data, "lsat_ar")
+    gold = {r["extra_info"]["options"][0]: r["reward_model"]["ground_truth"][0] for r in records}
+    seen = []
+
+    def respond(server, body):
+        content = body["messages"][-1]["content"]
+        seen.append(content)
+        first = next(o for o in gold if f"A) {o}\n" in content)
+        text = f"Answer: {gold[first]}" if first == "red" else f"\\boxed{{{gold[first]}}}"
+        return 200, chat_reply(f"<think>\nWork.\n</think>\n\n{text}", "stop", {"completion_tokens": 9})
+
+    server = FakeChatServer(respond)
+    args = ["ckpt=tiny", "protocol=structured", "only=[lsat_ar]", "protocol.sweep.max_tokens=[256]",
+            "generator=openai", f"generator.url={server.url}", f"paths.root={tmp_path}", f"paths.data_dir={data}",
+            f"run_dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}", "structure.enabled=false",
+            "logger=none"]  # fmt: skip
+    try:
+        assert eval_run.main(args) == 0
+    finally:
+        server.close()
+    assert len(seen) == 2 * 3 and all("where LETTER is one of ABCDE." in c for c in seen)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    metrics = results["math"]["benchmarks"]["lsat_ar/max_tokens=256"]["metrics"]
+    assert metrics["pass@1_per_seed"] == [50.0, 50.0, 50.0]
+    assert results["protocol"]["benchmarks"][0]["prompt"]["answer"] == "answer_line"
+
+
+def test_the_dry_run_prints_each_benchmarks_prompt(tmp_path):
+    for protocol, expected in [
+        ("evol_rl", [f"    system: {EVOL_SYSTEM}",
+                     "  math500, aime24, aime25, amc23: conf/eval/prompt/evol_rl.yaml (math)"]),
+        ("structured", ["  lsat_ar, mmlu: conf/eval/prompt/structured.yaml (choice)",
+                        "    answer: the letter of the last 'Answer: X' after the thinking"]),
+        ("sarl", ["  aime25, amc23, math500, minerva_math: as prepared (conf/data/<benchmark>.yaml)",
+                  "    user:   {question} Let's think step by step and output the final answer within \\boxed{}."]),
+    ]:  # fmt: skip
+        out = format_plan(resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}"])), tmp_path)
+        lines = out.splitlines()
+        assert all(line in lines for line in expected), (protocol, out)
+        assert lines[1].split()[-1] == "prompt"
+
+
+# -- every paper row is evaluated with its training prompt -------------------------------------------------------
+
+EXCEPTIONS = re.compile(r"<!-- prompt-exceptions: begin -->\n(.*?)<!-- prompt-exceptions: end -->", re.DOTALL)
+ENTRY = re.compile(r"^- ((?:`[\w*]+`(?:, )?)+) on ((?:`\w+`(?:, )?)+): (.{40,})$", re.DOTALL)
+
+
+def prompt_exceptions() -> dict[tuple[str, str], str]:
+    """decisions §3.1's list: (row or row pattern, benchmark) -> why the row is evaluated with another prompt than it
+    trains with (a pattern such as `evol_rl*_paper` names every row it matches, fnmatch)."""
+    block = EXCEPTIONS.search(DECISIONS.read_text(encoding="utf-8"))
+    assert block, "docs/decisions.md §3.1 has no <!-- prompt-exceptions: begin/end --> list"
+    out = {}
+    for item in re.split(r"\n(?=- )", block.group(1).strip()):
+        found = ENTRY.match(" ".join(item.split()))
+        assert found, f"decisions §3.1 prompt exception not `- `row`, ... on `bench`, ...: reason`: {item[:80]}"
+        for row in re.findall(r"`([\w*]+)`", found.group(1)):
+            for bench in re.findall(r"`(\w+)`", found.group(2)):
+                out[(row, bench)] = found.group(3)
+    return out
+
+
+def training_templates(row: str) -> tuple[str, list[Template] | list[list[dict]]]:
+    """The row's setting and its training prompt: the template its data config builds, or (a set of shipped
+    traces, whose prompts are in their file) those prompts."""
+    from sarl.launch.compose import compose_train_config
+
+    cfg, _ = compose_train_config([f"+exp={row}"])
+    data = OmegaConf.to_container(cfg.data, resolve=False)
+    built = data_template(data) if data.get("builder") else None
+    if built is not None:
+        return str(data["setting"]), [built]
+    files = str(data.get("sft_files") or "")
+    assert files.startswith("pkg://"), f"{row}: data {data['name']} has no builder and no shipped prompts to read"
+    return str(data["setting"]), [r["prompt"] for r in read_jsonl(resolve_path(files), files)]
+
+
+def asks_as_trained(trained: list, asked: Template | None) -> bool:
+    if asked is None:
+        return False
+    if isinstance(trained[0], Template):
+        return trained[0].form() == asked.form()
+    return all(asked.question_of(messages) is not None for messages in trained)  # every shipped prompt is its
+
+
+def test_every_paper_row_is_evaluated_with_its_training_prompt():
+    """For every conf/exp/*_paper.yaml row, each protocol of its tables' paper (no table: its note's) asks each
+    benchmark of the row's setting (math or code) with the row's training prompt, unless decisions §3.1 lists that
+    row and benchmark with a reason; and every listed pair is one that needs it (no stale entry)."""
+    from sarl.runtime.rows import _entries
+
+    exceptions = prompt_exceptions()
+    mismatched, checked = set(), set()
+    rows = sorted(p.stem for p in (ROOT / "conf" / "exp").glob("*_paper.yaml"))
+    assert len(rows) >= 15
+    for row in rows:
+        tables = {r.table for r in _entries(ROOT / "conf" / "exp" / f"{row}.yaml")[0]}
+        if not tables:  # a row of no table (a figure): its note names the paper first ("EVOL-RL App. D.4, Fig. 6 ...")
+            tables = {str(OmegaConf.load(ROOT / "conf" / "exp" / f"{row}.yaml").paper.note)}
+        protocols = sorted({p for t in tables for p in protocols_of_table(t)})
+        assert protocols, (
+            f"{row}: none of its tables {sorted(tables)} is of a paper with a protocol (conf/eval/protocol)"
+        )
+        setting, trained = training_templates(row)
+        for protocol in protocols:
+            plan = resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}"]))
+            for e in plan.entries:
+                if e.kind != setting or (row, e.name) in checked:
+                    continue
+                checked.add((row, e.name))
+                if not asks_as_trained(trained, e.prompt.form if e.prompt else None):
+                    mismatched.add((row, e.name))
+    excused = {(pattern, bench): {(r, b) for r, b in mismatched if b == bench and fnmatch(r, pattern)}
+               for pattern, bench in exceptions}  # fmt: skip
+    unexplained = sorted(mismatched - set().union(*excused.values()))
+    assert not unexplained, (
+        f"evaluated with another prompt than trained, with no reason in decisions §3.1: {unexplained}"
+    )
+    stale = sorted(pair for pair, pairs in excused.items() if not pairs)
+    assert not stale, f"decisions §3.1 lists these as evaluated with another prompt, but they are not: {stale}"
+    assert ("evol_rl_paper", "math500") in checked and ("lcs_paper", "aime24") in checked
+
+
+def test_rows_map_to_their_papers_protocols():
+    assert protocols_of_table("EVOL-RL Table 1") == ["evol_rl"]
+    assert protocols_of_table("Structured Reasoning Table 11") == ["structured", "structured_temperature"]
+    assert protocols_of_table("GRP Table 2") == ["grp"]
+    assert protocols_of_table("SARL Table 2") == ["sarl"]
+    assert protocols_of_table("Nobody's Table 1") == []
