@@ -10,7 +10,13 @@ results, "<label> (ours)" under it; a cell of several metrics prints them as `a/
 joined by the file's `join` (`m±s`, a mean ± std). A table of a swept protocol prints one block per sweep value
 (`sweep`) or reads one of them (`at`). `averages` are computed columns (Structured Reasoning's "Avg." and "Large
 Avg."): per metric, the mean of the named columns' printed values, printed half up (decisions §3.2); the reported
-rows carry the paper's own, typed after the benchmark cells.
+rows carry the paper's own, typed after the benchmark cells. `extras` are per-row columns after them (Structured
+Reasoning Table 11's Steps and Tokens), typed in each row's `extras`; ours is the mean over the columns of the
+benchmarks' `mean_of` field of results.json, or "-" where it has none. A `gain_over` table (Structured Reasoning
+Table 15) has one column per sweep value of another reported table: a cell is the row's `average` there minus the
+baseline row's. `decimals` is one number or one per cell metric, and a row may print the paper's with its own; a row
+with `id: null` is a paper row this project does not reproduce (printed alone); `train` and `stage` name the
+`python -m sarl.train` overrides and pipeline stage that train its checkpoint (docs/reproduce.md).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ TABLES = (
     "structured_7b",
     "structured_table10",
     "structured_temperature",
+    "grp_ablation",
+    "grp_length",
+    "structured_table11",
+    "structured_table15",
 )
 
 
@@ -41,10 +51,18 @@ def reported(name: str) -> dict[str, Any]:
     return yaml.safe_load((REPORTED / f"{name}.yaml").read_text(encoding="utf-8"))
 
 
-def _metric(metrics: dict[str, Any], name: str) -> float | None:
+def _metric(summary: dict[str, Any], name: str) -> float | None:
+    """A benchmark's metric (`summary["metrics"]`), or a field of its summary (`mean_tokens`: GRP Table 4's Length)."""
+    metrics = summary.get("metrics") or {}
     if name == "avg@k":  # avg@<n>: n is the protocol's
         return next((v for k, v in metrics.items() if k.startswith("avg@")), None)
-    return metrics.get(name)
+    return summary.get(name) if name == "mean_tokens" else metrics.get(name)
+
+
+def decimals_of(spec: dict[str, Any], row: dict[str, Any] | None = None) -> list[int]:
+    """The printed decimals per cell metric: the row's own (a paper row printed otherwise), else the table's."""
+    d = (row or {}).get("decimals", spec.get("decimals", 2))
+    return [int(x) for x in d] if isinstance(d, list) else [int(d)] * len(spec["cell"])
 
 
 def _label(bench: str, spec: dict[str, Any], sweep_value: Any) -> str:
@@ -65,8 +83,43 @@ def ours_cells(spec: dict[str, Any], results: dict[str, Any], sweep_value: Any =
             s = (math.get("sweep") or {}).get(bench) or {}
             out.append([s.get("mean"), s.get("std")])
             continue
-        metrics = ((math.get("benchmarks") or {}).get(_label(bench, spec, sweep_value)) or {}).get("metrics") or {}
-        out.append([_metric(metrics, m) for m in spec["cell"]])
+        summary = (math.get("benchmarks") or {}).get(_label(bench, spec, sweep_value)) or {}
+        out.append([_metric(summary, m) for m in spec["cell"]])
+    return out + averages(spec, out)
+
+
+def extras(spec: dict[str, Any], results: dict[str, Any]) -> list[float | None]:
+    """The table's `extras` of one run: per extra, the mean over the columns of the benchmarks' `mean_of` field
+    (Structured Reasoning Table 11's Tokens: mean response tokens), None where it has none or no field is named."""
+    benchmarks = (results.get("math") or {}).get("benchmarks") or {}
+    out = []
+    for extra in spec.get("extras") or []:
+        field = extra.get("mean_of")
+        values = (
+            [((benchmarks.get(_label(b, spec, None)) or {}).get(field)) for b in spec["columns"]] if field else [None]
+        )
+        out.append(None if any(v is None for v in values) else sum(values) / len(values))
+    return out
+
+
+def gain_cells(spec: dict[str, Any], results: dict[str, dict[str, Any]], row: str) -> list[list[float | None]]:
+    """A `gain_over` table's cells for one run: per sweep value, the run's `average` in the other table minus the
+    baseline run's, each as printed, the difference printed half up (Structured Reasoning Table 15: Table 3's "Avg."
+    differences); then the table's averages."""
+    gain = spec["gain_over"]
+    other = reported(gain["table"])
+    at = [a["key"] for a in other["averages"]].index(gain["average"])
+    decimals = decimals_of(spec)[0]
+
+    def avg(run: str, value: Any) -> float | None:
+        if run not in results:
+            return None
+        return ours_cells(other, results[run], value)[len(other["columns"]) + at][0]
+
+    out = []
+    for value in spec["columns"]:
+        mine, base = avg(row, value), avg(gain["row"], value)
+        out.append([None if mine is None or base is None else paper.printed(mine - base, decimals)])
     return out + averages(spec, out)
 
 
@@ -74,7 +127,7 @@ def averages(spec: dict[str, Any], cells: list[list[float | None]]) -> list[list
     """The table's `averages` of one row's benchmark cells: per metric, the mean of the named columns' values as
     printed (rounded half up to the table's decimals), itself rounded so; None where a column has none (decisions
     §3.2; Structured Reasoning Tables 2-3 "Avg.", Table 10 "Avg." and "Large Avg.")."""
-    decimals = int(spec.get("decimals", 2))
+    decimals = decimals_of(spec)
     by_bench = dict(zip(spec["columns"], cells))
     out = []
     for avg in spec.get("averages") or []:
@@ -85,22 +138,27 @@ def averages(spec: dict[str, Any], cells: list[list[float | None]]) -> list[list
             if any(v is None for v in values):
                 row.append(None)
                 continue
-            printed = [paper.printed(v, decimals) for v in values]
-            row.append(paper.printed(sum(printed) / len(printed), decimals))
+            printed = [paper.printed(v, decimals[i]) for v in values]
+            row.append(paper.printed(sum(printed) / len(printed), decimals[i]))
         out.append(row)
     return out
 
 
-def _cell(values: list[float | None], decimals: int, join: str) -> str:
+def _cell(values: list[float | None], decimals: list[int], join: str, sign: bool = False) -> str:
     if any(v is None for v in values):
         return "-"
-    return join.join(f"{paper.printed(v, decimals):.{decimals}f}" for v in values)
+    return join.join(f"{paper.printed(v, d):{'+' if sign and v else ''}.{d}f}" for v, d in zip(values, decimals))
 
 
-def _printed(values: list[list[float | None]], spec: dict[str, Any]) -> list[str]:
+def _printed(values: list[list[float | None]], spec: dict[str, Any], row: dict[str, Any] | None = None) -> list[str]:
     if spec["cell"] == ["mean", "std"]:
         return ["-" if None in v else "±".join(f"{paper.printed(x, 2):.2f}" for x in v) for v in values]
-    return [_cell(v, int(spec.get("decimals", 2)), spec.get("join", "/")) for v in values]
+    decimals = decimals_of(spec, row)
+    return [_cell(v, decimals, spec.get("join", "/"), bool(spec.get("sign"))) for v in values]
+
+
+def _printed_extras(values: list[float | None], spec: dict[str, Any]) -> list[str]:
+    return [_cell([v], [int(e["decimals"])], "") for v, e in zip(values, spec.get("extras") or [])]
 
 
 def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
@@ -108,16 +166,21 @@ def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
     our numbers by row (`<row>@<sweep value>` in a swept table), the averages under their `key`."""
     spec = reported(name)
     protocol = spec.get("protocol", name)
-    rows = list(dict.fromkeys(r["id"] for r in spec["rows"]))
+    rows = list(dict.fromkeys(r["id"] for r in spec["rows"] if r["id"] is not None))  # null: not reproduced
     results = paper.load_results(results_dir, rows)
     for row, r in results.items():
         if (r.get("protocol") or {}).get("name", "sarl") != protocol:
             raise ValueError(f"{row}: results of protocol {r.get('protocol', {}).get('name')}, not {protocol}")
-    avg_specs = spec.get("averages") or []
-    header = ["Model", *spec["columns"].values(), *(a["header"] for a in avg_specs)]
+    avg_specs, extra_specs = spec.get("averages") or [], spec.get("extras") or []
+    header = [
+        "Model",
+        *spec["columns"].values(),
+        *(a["header"] for a in avg_specs),
+        *(e["header"] for e in extra_specs),
+    ]
     table = paper.new_table(name, spec["title"], header)
     table.attrs["missing"] = [f"{row} (no results.json)" for row in rows if row not in results]
-    keys = [*spec["columns"], *(a["key"] for a in avg_specs)]
+    keys = [*spec["columns"], *(a["key"] for a in avg_specs), *(e["key"] for e in extra_specs)]
     sweep_values = list(spec["rows"][0]["values"]) if spec.get("sweep") else [None]
     blank = [""] * (len(header) - 1)
     group = None
@@ -129,10 +192,15 @@ def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
                 group = r["group"]
                 paper.append_row(table, [f"*{group}*", *blank])
             reported_values = r["values"][value] if value is not None else r["values"]
-            paper.append_row(table, [f"{r['label']} (paper)", *_printed(reported_values, spec)])
+            typed = [*_printed(reported_values, spec, r), *_printed_extras(r.get("extras") or [], spec)]
+            paper.append_row(table, [f"{r['label']} (paper)", *typed])
             if r["id"] in results:
-                ours = ours_cells(spec, results[r["id"]], value)
-                paper.append_row(table, [f"{r['label']} (ours)", *_printed(ours, spec)])
+                if spec.get("gain_over"):
+                    ours = gain_cells(spec, results, r["id"])
+                else:
+                    ours = ours_cells(spec, results[r["id"]], value)
+                more = extras(spec, results[r["id"]])
+                paper.append_row(table, [f"{r['label']} (ours)", *_printed(ours, spec), *_printed_extras(more, spec)])
                 key = r["id"] if value is None else f"{r['id']}@{value}"
-                table.attrs["values"][key] = {k: v[0] for k, v in zip(keys, ours)}
+                table.attrs["values"][key] = {k: v for k, v in zip(keys, [c[0] for c in ours] + more)}
     return table

@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # EVOL-RL Tables 1 and 4, GRP Table 1, Structured Reasoning Tables 2, 3, 4 and 10 from evaluation results
+# # EVOL-RL Tables 1 and 4, GRP Tables 1, 2 and 4, Structured Reasoning Tables 2, 3, 4, 10, 11 and 15 from results
 #
 # Reads the `results.json` that `python -m eval.run ckpt=... protocol=<protocol> name=<row id>` writes, one
 # directory per row under `RESULTS` (the row ids are those of `notebooks/reported/<table>.yaml`, which holds
@@ -51,11 +51,15 @@ for t in (evol_rl, evol_rl_ablation):
     print(paper.markdown(t))
 
 # %% [markdown]
-# ## GRP Table 1: avg@3 / avg@16, 32K tokens on AIME and 8K elsewhere (protocol `grp`)
+# ## GRP Table 1: avg@3 / avg@16, 32K tokens on AIME and 8K elsewhere (protocol `grp`); Table 2 (ablations) and
+# Table 4 (length-reducing rewards: accuracy / mean response tokens) on Qwen3-8B-Base, the same evaluation
 
 # %%
 grp = protocols.protocol_table("grp", RESULTS)
-print(paper.markdown(grp))
+grp_ablation = protocols.protocol_table("grp_ablation", RESULTS)
+grp_length = protocols.protocol_table("grp_length", RESULTS)
+for t in (grp, grp_ablation, grp_length):
+    print(paper.markdown(t))
 
 # %% [markdown]
 # ## Structured Reasoning Tables 2-3 (Pass@1 per maximum response length, 1.5B and 7B, with Avg.), Table 10
@@ -69,7 +73,18 @@ temperature = protocols.protocol_table("structured_temperature", RESULTS)
 for t in (structured, structured_7b, table10, temperature):
     print(paper.markdown(t))
 
+# %% [markdown]
+# ## Structured Reasoning Table 11 (GRPO from step 0 to 500 under four rewards, at 8K) and Table 15 (each ablation's
+# Avg. minus DS-Distill-Qwen-7B's, per maximum response length; rows with `id: null` are not reproduced)
+
 # %%
-tables = [evol_rl, evol_rl_ablation, grp, structured, structured_7b, table10, temperature]
+table11 = protocols.protocol_table("structured_table11", RESULTS)
+table15 = protocols.protocol_table("structured_table15", RESULTS)
+for t in (table11, table15):
+    print(paper.markdown(t))
+
+# %%
+tables = [evol_rl, evol_rl_ablation, grp, grp_ablation, grp_length, structured, structured_7b, table10, temperature]
+tables += [table11, table15]
 written = [p for t in tables for p in paper.write(t, OUT)]
 print(f"wrote {len(written)} files to {OUT}")

@@ -158,6 +158,12 @@ def test_every_reported_paper_table_reads_benchmarks_its_protocol_evaluates():
         if spec["cell"] == ["mean", "std"]:  # over the protocol's sweep (Structured Reasoning Table 4)
             assert set(spec["columns"]) <= {e.name for e in plan.entries}, path.name
             continue
+        if spec.get("gain_over"):  # a column per sweep value of another table (Structured Reasoning Table 15)
+            other = yaml.safe_load((path.parent / f"{spec['gain_over']['table']}.yaml").read_text(encoding="utf-8"))
+            assert other["protocol"] == spec["protocol"], path.name
+            assert set(spec["columns"]) <= set(other["rows"][0]["values"]), path.name
+            assert spec["gain_over"]["average"] in {a["key"] for a in other["averages"]}, path.name
+            continue
         suffixes = [f"/{spec['sweep']}={v}" for v in spec["rows"][0]["values"]] if spec.get("sweep") else [""]
         if spec.get("at"):
             suffixes = ["".join(f"/{k}={v}" for k, v in spec["at"].items())]
