@@ -11,6 +11,11 @@ Per prompt with G responses (EVOL-RL App. B.2, C.4, C.5):
 4. Reward (B.2): r = 0.5 + 0.5 ũ (majority, in [0.5, 1)), r = -1 + 0.5 ũ (minority, in [-1, -0.5)).
 Every majority response therefore outranks every minority one.
 
+`label="ground_truth"` is EVOL-RL App. D.4's supervised variant (GRPO with a ground-truth verifier, "RLVR", plus
+EVOL-RL's components, Fig. 6): the upper band is the responses the verifier accepts
+(`baselines.ground_truth.GroundTruthReward`), the lower band the others, and a response is valid when it has a final
+`\\boxed{}` answer at all (C.4's digit rule serves the vote, which a verifier replaces; decisions §2.4).
+
 Choices where the paper is silent (see the class docstring): invalid responses are not embedded and
 take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (decisions §1 rules), or
 the whole response when that is empty; cosine similarities are not clipped (the authors' code clips to
@@ -26,6 +31,7 @@ import re
 
 import numpy as np
 
+from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import majority_vote
 from eval.grading.extract import extract_answers
 from eval.grading.grader import Grader, default_grader
@@ -35,6 +41,8 @@ from sarl.structure.steps import extract_reasoning, sanitize
 from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
+
+LABELS = ("majority", "ground_truth")  # where the upper band comes from: TTRL's vote (B.2) or a verifier (App. D.4)
 
 _DIGIT = re.compile(r"\d")
 
@@ -89,6 +97,9 @@ class EvolRLReward(RewardFunction):
 
     Diagnostics: `valid`, `majority` (1 for the majority band), `majority_ratio` (majority class size /
     group size), `novelty` (raw u_i, absent when undefined), `novelty_normalized` (ũ_i, valid rows).
+    With `label="ground_truth"` (App. D.4) the bands are the verifier's: `correct` and `correct_ratio` in place of
+    `majority` and `majority_ratio`; a row whose gold is missing or unusable is invalid and `failed` with the
+    ground-truth reward's reason.
 
     Decisions where the paper is silent:
     - invalid responses are neither embedded nor part of s̄_i or m_i (the authors' code drops them too);
@@ -113,10 +124,13 @@ class EvolRLReward(RewardFunction):
         grader: Grader | None = None,
         answer_in_unclosed_think: bool = False,
         threads: int | None = 1,
+        label: str = "majority",
     ) -> None:
         super().__init__(threads)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+        if label not in LABELS:
+            raise ValueError(f"reward.label={label!r}: must be one of {list(LABELS)} (EVOL-RL App. B.2 / App. D.4)")
         if eps <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
         self.embedder = embedder
@@ -124,6 +138,7 @@ class EvolRLReward(RewardFunction):
         self.eps = float(eps)
         self.grader = grader
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
+        self.label = label
 
     def check_ready(self) -> str | None:
         """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
@@ -134,15 +149,20 @@ class EvolRLReward(RewardFunction):
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         grader = self.grader or default_grader()
         answers, failed = extract_answers(batch.responses, answer_in_unclosed_think=self.answer_in_unclosed_think)
-        valid = [is_valid_answer(a) for a in answers]
+        graded = None
+        if self.label == "ground_truth":  # App. D.4: the verifier's bands; valid = a final \\boxed{} answer
+            graded = GroundTruthReward(grader, self.answer_in_unclosed_think).score(batch)
+            failed.update({i: g.failed for i, g in enumerate(graded) if g.failed and i not in failed})
+            valid = [a is not None and i not in failed for i, a in enumerate(answers)]
+        else:
+            valid = [is_valid_answer(a) for a in answers]  # App. C.4
+        band, ratio = ("correct", "correct_ratio") if graded is not None else ("majority", "majority_ratio")
         # the reasoning of each valid response is embedded (App. B.2)
         texts = {i: reasoning_text(batch.responses[i]) for i, ok in enumerate(valid) if ok}
         vectors = embed_rows(self.embedder, texts, len(batch), failed)
         out: list[RewardOutput | None] = [None] * len(batch)
         for rows in batch.groups().values():
-            vote = majority_vote([answers[i] if valid[i] else None for i in rows], grader)
-            majority_ratio = vote.count / len(rows)
-            in_majority = {i: vote.majority is not None and vote.labels[k] == vote.majority for k, i in enumerate(rows)}
+            upper, upper_ratio = _bands(rows, answers, valid, graded, grader)
             embedded = [i for i in rows if valid[i] and i not in failed]
             u = dict.fromkeys(embedded, np.nan)
             u_tilde = {i: 0.0 for i in rows if valid[i]}
@@ -150,18 +170,31 @@ class EvolRLReward(RewardFunction):
                 v = vectors[embedded].astype(np.float64)
                 with limited(self.threads):  # the group's Gram product and novelty: the reward's thread cap
                     gram = v @ v.T
-                    raw, norm = novelty_scores(gram, np.array([in_majority[i] for i in embedded]), self.alpha, self.eps)
+                    raw, norm = novelty_scores(gram, np.array([upper[i] for i in embedded]), self.alpha, self.eps)
                 u.update(zip(embedded, raw.tolist()))
                 u_tilde.update(zip(embedded, norm.tolist()))
             for i in rows:
-                diag = {"valid": float(valid[i]), "majority": float(in_majority[i]), "majority_ratio": majority_ratio}
+                diag = {"valid": float(valid[i]), band: float(upper[i]), ratio: upper_ratio}
                 if not valid[i]:
                     out[i] = RewardOutput(-1.0, diag, failed.get(i))  # invalid (App. B.2)
                     continue
                 diag["novelty_normalized"] = u_tilde[i]
                 if not np.isnan(u.get(i, np.nan)):
                     diag["novelty"] = u[i]
-                # EVOL-RL App. B.2: majority band [0.5, 1], minority band [-1, -0.5]
-                score = (0.5 + 0.5 * u_tilde[i]) if in_majority[i] else (-1.0 + 0.5 * u_tilde[i])
+                # EVOL-RL App. B.2: majority (App. D.4: correct) band [0.5, 1], minority (incorrect) band [-1, -0.5]
+                score = (0.5 + 0.5 * u_tilde[i]) if upper[i] else (-1.0 + 0.5 * u_tilde[i])
                 out[i] = RewardOutput(score, diag, failed.get(i))
         return out  # type: ignore[return-value]
+
+
+def _bands(
+    rows: list[int], answers: list[str | None], valid: list[bool], graded: list[RewardOutput] | None, grader: Grader
+) -> tuple[dict[int, bool], float]:
+    """Which of a group's rows are in the upper band, and the band's share of the group: the majority class of the
+    valid answers (App. B.2, TTRL's vote), or with a verifier's grades (App. D.4) the valid rows it accepts."""
+    if graded is not None:
+        upper = {i: valid[i] and graded[i].score == 1.0 for i in rows}
+        return upper, sum(upper.values()) / len(rows)
+    vote = majority_vote([answers[i] if valid[i] else None for i in rows], grader)
+    majority = {i: vote.majority is not None and vote.labels[k] == vote.majority for k, i in enumerate(rows)}
+    return majority, vote.count / len(rows)

@@ -133,13 +133,13 @@ def verl_batch():
 # so no long unit starts last.
 SCOPE_GROUPS = {"tests/slurm/": "tests/slurm/", "tests/sarl/embed/": "tests/sarl/embed/"}
 VERL_CPU = "tests/sarl/backends/test_verl_cpu.py"
-VERL_CPU_SECOND = (  # the graph and tagged policies' rows, the code row, the Dr. GRPO and EVOL-RL rows
-    "test_pasc_grpo_grp_math",
+VERL_CPU_SECOND = (  # the graph and tagged policies' rows, the code row, the Dr. GRPO and EVOL-RL rows (the EVOL-RL
+    "test_pasc_grpo_grp_math",  # RLVR row, evol_rl_rlvr_paper, runs in the first half, the shorter one)
     "test_grpo_lcs_maxflow_math",
     "test_lcs_paper_pipeline",
     "test_grpo_code_exec",
     "test_dr_grpo_paper",
-    "test_evol_rl_paper",
+    "test_evol_rl_paper_rows_vote_and_train[evol_rl_paper-",
 )
 LONGEST_FIRST = (
     VERL_CPU,

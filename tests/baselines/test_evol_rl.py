@@ -140,3 +140,37 @@ def test_helpers():
     assert u.tolist() == pytest.approx([0.8, 0.8]) and u_tilde.tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="alpha"):
         EvolRLReward(TableEmbedder(), alpha=1.5)
+
+
+def test_ground_truth_label_bands_by_the_verifier_not_the_vote(grader):
+    """EVOL-RL App. D.4 (supervised GRPO + EVOL-RL's components, Fig. 6): the upper band is the verifier's.
+
+    GROUP with gold "7": the verifier accepts r3 only, so the bands are the vote's swapped and the novelty the same
+    (u = 0.55, 0.25, 0.40 in the three-response band, test_worked_example): the incorrect band's ũ = (1, 0, 0.5)
+    gives r = -1 + 0.5 ũ = (-0.5, -1, -0.75); r3 alone in the correct band -> ũ = 0 -> r = 0.5. The vote would
+    have given (1.0, 0.5, 0.75, -1.0).
+    """
+    batch = RolloutBatch([""] * 4, GROUP, ["q"] * 4, ground_truths=["7"] * 4)
+    outs = EvolRLReward(TableEmbedder(VECTORS), grader=grader, label="ground_truth")(batch)
+    assert [o.score for o in outs] == pytest.approx([-1.0 + 0.5 * 0.3 / (0.3 + EPS), -1.0, -0.75, 0.5])
+    assert [o.diagnostics["correct"] for o in outs] == [0, 0, 0, 1]
+    assert all(o.diagnostics["correct_ratio"] == 0.25 and "majority" not in o.diagnostics for o in outs)
+    assert [o.diagnostics["novelty"] for o in outs] == pytest.approx([0.55, 0.25, 0.40, 1.0])
+    voted = EvolRLReward(TableEmbedder(VECTORS), grader=grader)(batch)  # the default: the vote, golds unused
+    assert [o.score for o in voted] == pytest.approx([1.0, 0.5, 0.75, -1.0], abs=1e-7)
+
+
+def test_ground_truth_label_validity_is_a_boxed_answer_and_a_usable_gold(grader):
+    """With a verifier a digit-free answer that the verifier accepts is valid (App. C.4's digit rule is the vote's);
+    no box is invalid (-1), and a row without a gold is invalid and failed with the ground-truth reward's reason."""
+    emb = TableEmbedder({"a": [1, 0], "b": [0, 1], "c": [0.6, 0.8]})
+    responses = [response("a", "x"), response("b", "y"), response("c", None), response("a", "x")]
+    batch = RolloutBatch([""] * 4, responses, ["p", "p", "p", "n"], ground_truths=["x", "x", "x", None])
+    outs = EvolRLReward(emb, grader=grader, label="ground_truth")(batch)
+    # group p: "x" correct and alone in its band (0.5), "y" incorrect and alone in its band (-1), no box -1
+    assert [o.score for o in outs] == [0.5, -1.0, -1.0, -1.0]
+    assert [o.diagnostics["valid"] for o in outs] == [1, 1, 0, 0]
+    assert outs[3].failed == "no ground truth" and outs[0].failed is None
+    assert [o.score for o in EvolRLReward(emb, grader=grader)(batch)[:2]] == [-1.0, -1.0]  # the vote: no digit
+    with pytest.raises(ValueError, match="reward.label='gold'"):
+        EvolRLReward(emb, label="gold")

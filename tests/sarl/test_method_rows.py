@@ -35,6 +35,9 @@ def test_evol_rl_paper_row_has_the_papers_table_2_and_3_settings(tmp_path, tiny_
     assert cfg.data.name == "math_train" and cfg.data.prompt_suffix is None
     assert cfg.data.system_prompt == "Please reason step by step, and put your final answer within \\boxed{}."
     assert compose_train_config(["+exp=evol_rl_paper", "model=qwen3_8b_base"])[0].model.path == "Qwen/Qwen3-8B-Base"
+    # App. C.5: the Qwen3-4B embedding model, on its own server with the share its weights need
+    assert cfg.embedding.model == cfg.embedding_server.model == "Qwen/Qwen3-Embedding-4B" and cfg.embedding.dim == 2560
+    assert cfg.embedding_server.gpu_memory_utilization == 0.13
     # the like-for-like row keeps SARL Table 6's batch sizes, response length and greedy validation
     _, same = verl_config_for(["+exp=grpo_evol_rl_math"], tmp_path, tiny_qwen3_dir)
     assert same.data.train_batch_size == 256 and same.actor_rollout_ref.actor.ppo_mini_batch_size == 256
@@ -154,3 +157,30 @@ def test_dr_grpo_paper_row_is_verls_dr_grpo_on_the_7b_free_form_setting(tmp_path
     trl, choices = compose_train_config(["+exp=dr_grpo_paper", "backend=trl"])
     with pytest.raises(UnsupportedOnBackend, match="algorithm=dr_grpo has no TRL trainer"):
         check_supported(trl, choices)
+
+
+def test_evol_rl_variant_rows_change_only_what_their_cell_removes():
+    """EVOL-RL Table 1 "w/TTRL", Table 4's ablations (App. D.1) and App. D.4's supervised run: evol_rl_paper with
+    the novelty reward (-> TTRL's), the entropy term (0.003 -> 0), the high clip (0.28 -> 0.2) or the vote (-> the
+    verifier, 32 rollouts all trained, 2 epochs) changed, and nothing else of Tables 2-3."""
+    base, _ = compose_train_config(["+exp=evol_rl_paper"])
+    evol, ttrl = "baselines.evol_rl.EvolRLReward", "baselines.ttrl.TTRLReward"
+    rows = {"evol_rl_ttrl_paper": ("math_train", ttrl, 0.0, 0.2)}
+    for key, data in (("math500", "math500_train"), ("aime24", "aime24_train")):
+        rows[f"evol_rl_{key}_no_cliphigh_paper"] = (data, evol, 0.003, 0.2)
+        rows[f"evol_rl_{key}_no_ent_paper"] = (data, evol, 0.0, 0.28)
+        rows[f"evol_rl_{key}_no_cliphigh_ent_paper"] = (data, evol, 0.0, 0.2)
+        rows[f"evol_rl_{key}_no_novelty_paper"] = (data, ttrl, 0.003, 0.28)
+    same = ("train_batch_size", "ppo_mini_batch_size", "actor_lr", "kl_loss_coef", "temperature", "val_temperature")
+    for exp, (data, target, entropy, clip_high) in rows.items():
+        cfg, _ = compose_train_config([f"+exp={exp}"])
+        got = (cfg.data.name, cfg.reward._target_, cfg.train.entropy_coeff, cfg.train.clip_ratio_high)
+        assert got == (data, target, entropy, clip_high), exp
+        assert (cfg.train.rollout_n, cfg.train.n_trained, cfg.model.path) == (64, 32, base.model.path), exp
+        assert all(cfg.train[k] == base.train[k] for k in same) and cfg.train.clip_ratio_low == 0.2, exp
+        assert target == evol or "alpha" not in cfg.reward, exp  # no EVOL-RL key reaches TTRL's reward
+    rlvr, _ = compose_train_config(["+exp=evol_rl_rlvr_paper"])
+    assert (rlvr.reward._target_, rlvr.reward.label, rlvr.data.name) == (evol, "ground_truth", "math_train")
+    assert (rlvr.train.rollout_n, rlvr.train.n_trained, rlvr.train.total_epochs) == (32, 32, 2)
+    assert (rlvr.train.entropy_coeff, rlvr.train.clip_ratio_high) == (0.003, 0.28)
+    assert base.reward.label == "majority" and base.reward.alpha == 0.5

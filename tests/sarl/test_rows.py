@@ -56,12 +56,35 @@ def test_the_other_papers_tables_in_their_order():
         ("LCS", "lcs_paper"),
         ("FLOW+LCS 1:1", "lcs_maxflow_paper"),
     ]
-    (evol,) = paper_rows("EVOL-RL Table 1")
-    assert (evol.group, evol.label, evol.exp) == ("Qwen3-4B-Base, MATH-TRAIN", "w/EVOL-RL", "evol_rl_paper")
+    assert [(r.position, r.group, r.label, r.exp) for r in paper_rows("EVOL-RL Table 1")] == [
+        (2, "Qwen3-4B-Base, MATH-TRAIN", "w/TTRL", "evol_rl_ttrl_paper"),
+        (3, "Qwen3-4B-Base, MATH-TRAIN", "w/EVOL-RL", "evol_rl_paper"),
+    ]
+    ablations = [(s, a) for s in ("math500", "aime24") for a in ("cliphigh", "ent", "cliphigh_ent", "novelty")]
+    assert [r.exp for r in paper_rows("EVOL-RL Table 4")] == [f"evol_rl_{s}_no_{a}_paper" for s, a in ablations]
     assert [(r.position, r.group, r.label, r.exp) for r in paper_rows("Structured Reasoning Table 15")] == [
         (4, "Isolated Component Training", "+ MaxFlow (free-form)", "maxflow_freeform_paper"),
         (6, "Isolated Component Training", "+ Dr.GRPO", "dr_grpo_paper"),
     ]
+
+
+def test_evol_rl_rows_point_at_their_cells_of_the_typed_tables():
+    """Each EVOL-RL row's position is its row of the table typed from the paper (notebooks/reported/): the same label
+    and the evaluation id that fills it (Table 4: `<the training set's w/EVOL-RL id>_no_<ablation>`, decisions
+    §3.2), and in Table 4 the same training-set group."""
+    from pathlib import Path
+
+    import yaml
+
+    reported = Path(__file__).resolve().parents[2] / "notebooks" / "reported"
+    ids = {"evol_rl_ttrl_paper": "qwen3_4b_base_ttrl", "evol_rl_paper": "qwen3_4b_base_evol_rl"}
+    for table, name in (("EVOL-RL Table 1", "evol_rl"), ("EVOL-RL Table 4", "evol_rl_ablation")):
+        typed = yaml.safe_load((reported / f"{name}.yaml").read_text())["rows"]
+        for r in paper_rows(table):
+            cell = typed[r.position - 1]
+            expected = ids.get(r.exp, "qwen3_4b_base_" + r.exp.removesuffix("_paper"))
+            assert (cell["label"], cell["id"]) == (r.label, expected), r
+            assert table == "EVOL-RL Table 1" or cell["group"] == r.group, r
 
 
 def test_the_block_reaches_the_composed_config_but_not_the_backend(tmp_path):
@@ -101,12 +124,20 @@ def test_two_rows_at_one_position_of_a_table_are_a_problem(tmp_path):
 
 
 def test_the_readme_paper_rows_table_lists_every_exp_file():
-    """The README's table is written by hand; this keeps it to the conf/exp/ files, one line each."""
+    """The README's table is written by hand; this keeps it to the conf/exp/ files, one line each or, for a family of
+    rows that each change one setting of a listed row (EVOL-RL's ablations), one line naming them by a pattern
+    (`evol_rl_*_paper`) that matches at least two files; every file is matched by exactly one line."""
     import re
+    from fnmatch import fnmatchcase
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Paper rows") : readme.index("## Where things are")]
-    listed = re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M)
+    listed = re.findall(r"^\| `([a-z0-9_*]+)` \|", section, re.M)
     assert len(listed) == len(set(listed)), "a row is listed twice"
-    assert sorted(listed) == sorted(experiments()), "README's paper-rows table and conf/exp/ differ"
+    names = [n for n in listed if "*" not in n]
+    for pattern in (n for n in listed if "*" in n):
+        family = [e for e in experiments() if fnmatchcase(e, pattern)]
+        assert len(family) >= 2, f"README's `{pattern}` names {family}: list a single row by its name"
+        names += family
+    assert sorted(names) == sorted(experiments()), "README's paper-rows table and conf/exp/ differ"

@@ -74,7 +74,7 @@ def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_no
         assert printed["trainer"] in ("GRPOTrainer", "DPOTrainer") and printed["args"]["output_dir"]
         return
     own_model = {
-        "evol_rl_paper": "Qwen/Qwen3-4B-Base",
+        **{e: "Qwen/Qwen3-4B-Base" for e in EXPERIMENTS if e.startswith("evol_rl_")},  # evol_rl_paper and its variants
         "maxflow_freeform_paper": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
         "dr_grpo_paper": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
         "grpo_code_exec": "Qwen/Qwen3-4B-Base",  # GRP's code setting (grp_code_paper's base model)

@@ -305,10 +305,21 @@ def test_grpo_sarl_math_embeds_through_the_vllm_server(tmp_path, vllm_embedding_
         assert math.isfinite(float(by_step[step]["reward/C/mean"]))
 
 
-def test_evol_rl_paper_votes_64_to_32_scaled_to_4_to_2(tmp_path):
-    run = run_row(tmp_path / "evol", "evol_rl_paper")
+@pytest.mark.parametrize(
+    "row,trained,band",
+    [
+        ("evol_rl_paper", 8, "majority"),  # 64 votes / 32 trained, scaled to 4 / 2 per prompt
+        ("evol_rl_rlvr_paper", 16, "correct"),  # EVOL-RL App. D.4: the verifier's bands, all 32 (here 4) trained
+    ],
+)
+def test_evol_rl_paper_rows_vote_and_train(tmp_path, row, trained, band):
+    """The EVOL-RL reward's two labels on verl: the majority vote (B.2) and App. D.4's ground-truth verifier, whose
+    bands (`reward/correct/mean`) replace the vote's; 4 prompts x 4 rollouts scored a step."""
+    run = run_row(tmp_path / "evol", row)
     by_step = assert_trained(run)
-    assert by_step[1]["reward/voted_sessions"] == 16 and by_step[1]["reward/trained_sessions"] == 8
+    assert by_step[1]["reward/voted_sessions"] == 16 and by_step[1]["reward/trained_sessions"] == trained
+    other = {"majority": "correct", "correct": "majority"}[band]
+    assert f"reward/{band}/mean" in by_step[1] and f"reward/{other}/mean" not in by_step[1], sorted(by_step[1])
 
 
 def test_pasc_grpo_grp_math_trains_with_scae(tmp_path):
