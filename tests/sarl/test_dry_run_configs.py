@@ -8,7 +8,9 @@ the run directory, times and free ports are replaced by placeholders. After an i
     .venv/bin/python tests/sarl/test_dry_run_configs.py --update
 
 rewrites the snapshot; `git diff --stat` then shows it changed, and the test prints the diff of a row it finds
-different.
+different. A commit that moves modules does not rewrite the snapshot: it edits only the moved `_target_`,
+`pipeline_report` and `parser` paths in it, so the test still compares every other byte with the parent's output
+(docs/design.md "Layers": how the split by role was checked against the tree before it).
 """
 
 from __future__ import annotations
