@@ -38,6 +38,7 @@ def test_evol_rl_paper_row_has_the_papers_table_2_and_3_settings(tmp_path, tiny_
     # App. C.5: the Qwen3-4B embedding model, on its own server with the share its weights need
     assert cfg.embedding.model == cfg.embedding_server.model == "Qwen/Qwen3-Embedding-4B" and cfg.embedding.dim == 2560
     assert cfg.embedding_server.gpu_memory_utilization == 0.13
+    assert r.gpu_memory_utilization == 0.65  # beside it (decisions §2.4)
     # the like-for-like row keeps SARL Table 6's batch sizes, response length and greedy validation
     _, same = verl_config_for(["+exp=grpo_evol_rl_math"], tmp_path, tiny_qwen3_dir)
     assert same.data.train_batch_size == 256 and same.actor_rollout_ref.actor.ppo_mini_batch_size == 256
