@@ -20,6 +20,7 @@ from rich.table import Table
 
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
+from sarl.structure.cluster import cluster_batch
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import graph_metrics_batch
 from sarl.structure.interface import RolloutBatch
@@ -36,10 +37,10 @@ class StandInEmbedder(Embedder):
         self.model_s = 0.0
         self.embed_s = 0.0  # whole `embed` calls: the model plus the bookkeeping around it
 
-    def embed(self, texts: list[str]):
+    def embed(self, texts: list[str], threads: int | None = 1):
         t0 = time.perf_counter()
         try:
-            return super().embed(texts)
+            return super().embed(texts, threads=threads)
         finally:
             self.embed_s += time.perf_counter() - t0
 
@@ -65,14 +66,13 @@ def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:
     )
 
 
-def run_reward_step(cfg: DictConfig, console: Console) -> dict:
-    from sarl.structure.cluster import cluster_batch
-
+def run_reward_step(cfg: DictConfig, console: Console, threads: int = 1) -> dict:
+    """The reward call on `threads` threads (the reward's `threads`; the bench's `threads`), its stages timed alone."""
     batch = paper_batch(cfg.rollouts, cfg.steps_mean, cfg.seed)
     parsed = [parse_steps(r) for r in batch.responses]
     steps = [s for p in parsed for s in p.steps]
     chars = sum(len(s) for s in steps)
-    from sarl.structure.embed.local import SentenceTransformerEmbedder
+    from sarl.structure.embed.local import SentenceTransformerEmbedder  # deferred: torch loads in seconds
 
     tokenizer = SentenceTransformerEmbedder().model.tokenizer
     wordpiece = sum(len(ids) for ids in tokenizer(steps, add_special_tokens=True)["input_ids"])
@@ -81,6 +81,7 @@ def run_reward_step(cfg: DictConfig, console: Console) -> dict:
         "steps": len(steps),
         "steps_per_response": len(steps) / cfg.rollouts,
         "dim": cfg.dim,
+        "threads": threads,
         "characters": chars,
         "minilm_tokens": wordpiece,
         "bpe_tokens_estimate": chars // 4,
@@ -98,12 +99,12 @@ def run_reward_step(cfg: DictConfig, console: Console) -> dict:
             t0 = time.perf_counter()
             [parse_steps(r) for r in batch.responses]
             t1 = time.perf_counter()
-            labels = cluster_batch(vectors, method=method, seed=cfg.seed)
+            labels = cluster_batch(vectors, method=method, seed=cfg.seed, threads=threads)
             t2 = time.perf_counter()
             graph_metrics_batch(labels).rewards("sarl")
             t3 = time.perf_counter()
             embedder = StandInEmbedder(cfg.dim, cfg.seed)
-            reward = StructureReward(embedder, clustering=method, seed=cfg.seed)
+            reward = StructureReward(embedder, clustering=method, seed=cfg.seed, threads=threads)
             t4 = time.perf_counter()
             outputs = reward(batch)
             t5 = time.perf_counter()
@@ -123,7 +124,7 @@ def run_reward_step(cfg: DictConfig, console: Console) -> dict:
         )
     title = (
         f"reward stage of one step: {cfg.rollouts} rollouts, {out['steps_per_response']:.1f} steps each, "
-        f"dim {cfg.dim}, CPU, median of {cfg.repeats}"
+        f"dim {cfg.dim}, CPU, {threads} thread{'s' if threads > 1 else ''}, median of {cfg.repeats}"
     )
     table = Table(title=title)
     for col in ("stage", *(f"{m} s" for m in cfg.methods), *(f"{m} ms/response" for m in cfg.methods)):

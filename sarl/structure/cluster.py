@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
 from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.threads import limited, run_each
 
 METHODS = ("kmeans", "hdbscan")
 
@@ -140,6 +141,7 @@ def cluster_batch(
     seed: int = 0,
     max_iter: int = 300,
     k_rule: str = DEFAULT_K_RULE,
+    threads: int | None = 1,
 ) -> list[np.ndarray]:
     """One integer label per step for every response.
 
@@ -147,7 +149,8 @@ def cluster_batch(
     `k_rule` picks KMeans' cluster count (see `K_RULES`); HDBSCAN infers its own and
     accepts only the default. Responses are clustered one at a time (memory: a few M x M
     arrays of the response at hand), and the result for a response does not depend on the
-    other responses in the batch.
+    other responses in the batch. `threads` > 1: that many responses at a time, side by side
+    (`sarl.structure.threads.run_each`), each with a one-thread BLAS; the labels are the same.
     """
     if method not in METHODS:
         raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")
@@ -162,28 +165,36 @@ def cluster_batch(
     # A fixed number of columns keeps every u[j, t] the same whatever kmax (numpy fills
     # row-major from one stream), so no response's draws depend on the batch.
     u = np.random.default_rng(seed).random((kmax, _U_COLUMNS))
-    if method == "kmeans":
-        # One response at a time: its Gram matrix (BLAS), then the compiled seeding and Lloyd iterations
-        # (sarl.structure.kernels); memory is a few M x M arrays.
-        for i, m in lengths.items():
-            x = np.ascontiguousarray(xs[i])
-            with np.errstate(over="ignore", invalid="ignore"):  # overflow and NaN are found on the diagonal
-                g = x @ x.T
-            d2, min_off, finite = squared_distances(g)
-            if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow
-                g = _gram(xs[i], i)
-                d2, min_off, _ = squared_distances(g)
-            # Only a response with (near-)coincident steps can have fewer distinct rows than steps.
-            k = kmeans_k(m, _n_distinct(x), k_rule) if min_off < 1e-6 else k_of[m]
-            n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
-            if n_trials > _U_COLUMNS:
-                raise ValueError(f"k = {k} clusters needs {n_trials} k-means++ trials; at most {_U_COLUMNS} are drawn")
-            out[i] = kmeans_labels(g, d2, k, u, n_trials, max_iter)
-        return out
-    for i, m in lengths.items():
+
+    def kmeans_one(i: int) -> None:
+        # Its Gram matrix (BLAS), then the compiled seeding and Lloyd iterations (sarl.structure.kernels).
+        x = xs[i]
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow and NaN are found on the diagonal
+            g = x @ x.T
+        d2, min_off, finite = squared_distances(g)
+        if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow
+            g = _gram(x, i)
+            d2, min_off, _ = squared_distances(g)
+        # Only a response with (near-)coincident steps can have fewer distinct rows than steps.
+        k = kmeans_k(len(x), _n_distinct(x), k_rule) if min_off < 1e-6 else k_of[len(x)]
+        n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
+        if n_trials > _U_COLUMNS:
+            raise ValueError(f"k = {k} clusters needs {n_trials} k-means++ trials; at most {_U_COLUMNS} are drawn")
+        out[i] = kmeans_labels(g, d2, k, u, n_trials, max_iter)
+
+    def hdbscan_one(i: int) -> None:
         # HDBSCAN distances in float64 as scikit-learn computes them (ties break alike).
         x = np.ascontiguousarray(xs[i], dtype=np.float64)
-        out[i] = _hdbscan_labels(x, _gram(x, i), m)
+        out[i] = _hdbscan_labels(x, _gram(x, i), lengths[i])
+
+    for i in lengths:
+        xs[i] = np.ascontiguousarray(xs[i])
+    one = kmeans_one if method == "kmeans" else hdbscan_one
+    if (threads or 1) > 1 and len(lengths) > 1:
+        with limited(1):  # `threads` responses at a time, one BLAS thread each: no more threads than asked for
+            run_each(list(lengths), one, threads)
+    else:
+        run_each(list(lengths), one, 1)
     return out
 
 

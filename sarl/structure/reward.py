@@ -26,10 +26,15 @@ log = logging.getLogger(__name__)
 
 
 def structure_metrics_from_embeddings(
-    embeddings: Sequence[np.ndarray], method: str = "kmeans", seed: int = 0, k_rule: str = DEFAULT_K_RULE
+    embeddings: Sequence[np.ndarray],
+    method: str = "kmeans",
+    seed: int = 0,
+    k_rule: str = DEFAULT_K_RULE,
+    threads: int | None = 1,
 ) -> tuple[list[np.ndarray], GraphMetrics]:
-    """Cluster labels and reasoning-map metrics (C, L, nodes, edges) for many responses."""
-    labels = cluster_batch(embeddings, method=method, seed=seed, k_rule=k_rule)
+    """Cluster labels and reasoning-map metrics (C, L, nodes, edges) for many responses; `threads` responses are
+    clustered at a time (`cluster_batch`), with the same labels whatever their number."""
+    labels = cluster_batch(embeddings, method=method, seed=seed, k_rule=k_rule, threads=threads)
     return labels, graph_metrics_batch(labels)
 
 
@@ -150,7 +155,7 @@ class StructureReward(RewardFunction):
         all_steps = [s for p in parsed if isinstance(p, ParsedSteps) for s in p.steps]
         failed: dict[int, str] = {i: p for i, p in enumerate(parsed) if isinstance(p, str)}
         try:
-            result = self.embedder.embed(all_steps)
+            result = self.embedder.embed(all_steps, threads=self.threads)
             vectors, step_failed = result.vectors, result.failed
         except Exception as err:  # an embedder crash fails the batch's responses, not the run
             log.exception("embedder %s failed on %d steps", type(self.embedder).__name__, len(all_steps))
@@ -165,7 +170,7 @@ class StructureReward(RewardFunction):
                 continue
             span = range(offset, offset + len(p.steps))
             offset = span.stop
-            reasons = [step_failed[j] for j in span if j in step_failed]
+            reasons = [step_failed[j] for j in span if j in step_failed] if step_failed else None
             if reasons:
                 failed[i] = reasons[0]
             else:
@@ -175,7 +180,7 @@ class StructureReward(RewardFunction):
         try:
             with limited(self.threads):  # Gram products, clustering, graph metrics: the reward's thread cap
                 clusters, metrics = structure_metrics_from_embeddings(
-                    [embeddings[i] for i in ok], self.clustering, self.seed, self.k_rule
+                    [embeddings[i] for i in ok], self.clustering, self.seed, self.k_rule, self.threads
                 )
             scores = metrics.rewards(self.variant)
             full = metrics.rewards("sarl")

@@ -39,10 +39,12 @@ class ParsedSteps:
         }
 
 
-# Derived from the two patterns above. Anything sanitize would change but NFC: a surrogate, a control character or a
-# carriage return (one scan); and the ASCII control characters, deleted by bytes.translate in its fast path.
-_NEEDS_WORK = re.compile(f"{_SURROGATE.pattern}|{_CONTROL.pattern}|\r")
+# Derived from the two patterns above: the ASCII control characters, deleted by bytes.translate in sanitize's fast
+# path, and the C1 controls (U+0080-U+009F) as UTF-8 writes them, C2 followed by one byte of 80-9F.
 _ASCII_CONTROL = bytes(c for c in range(0x80) if _CONTROL.match(chr(c)))
+_C1_UTF8 = re.compile(
+    b"\xc2[" + b"".join(re.escape(chr(c).encode()[1:]) for c in range(0x80, 0xC0) if _CONTROL.match(chr(c))) + b"]"
+)
 
 
 def sanitize(text: str) -> tuple[str, bool]:
@@ -50,13 +52,23 @@ def sanitize(text: str) -> tuple[str, bool]:
 
     Lone surrogates (invalid unicode) become U+FFFD. Returns (text, changed).
     """
-    if "\r" not in text:  # the usual cases, found clean in one scan: nothing to change
-        if text.isascii():  # no surrogate, already NFC; only controls to find
-            raw = text.encode("ascii")
-            if len(raw.translate(None, _ASCII_CONTROL)) == len(raw):  # a C loop, several times a regex's speed
-                return text, False
-        elif not _NEEDS_WORK.search(text) and unicodedata.is_normalized("NFC", text):
-            return text, False
+    # Without a lone surrogate or a C1 control (the usual case), the general path below reduces to C loops, several
+    # times a regex's speed: newlines, then the ASCII controls deleted by bytes.translate, then NFC if needed.
+    clean = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    try:
+        raw = clean.encode("utf-8")  # a lone surrogate raises
+    except UnicodeEncodeError:
+        raw = None
+    if raw is not None:
+        kept = raw.translate(None, _ASCII_CONTROL)
+        if len(kept) != len(raw):
+            clean = kept.decode("utf-8")  # ASCII bytes deleted from valid UTF-8: still valid
+        if len(kept) == len(clean):  # ASCII: no C1 control, already NFC
+            return clean, clean != text
+        if not _C1_UTF8.search(kept):
+            if not unicodedata.is_normalized("NFC", clean):
+                clean = unicodedata.normalize("NFC", clean)
+            return clean, clean != text
     clean = _SURROGATE.sub("\ufffd", text)
     clean = clean.replace("\r\n", "\n").replace("\r", "\n")
     clean = _CONTROL.sub("", clean)
@@ -76,11 +88,11 @@ def extract_reasoning(text: str, no_think: str = "whole") -> tuple[str, bool, bo
         raise ValueError(f"no_think={no_think!r} is not valid; choose one of: {', '.join(NO_THINK_MODES)}")
     start = text.find(THINK_OPEN)
     if start >= 0:
-        body = text[start + len(THINK_OPEN) :]
-        end = body.find(THINK_CLOSE)
+        start += len(THINK_OPEN)
+        end = text.find(THINK_CLOSE, start)  # one copy of the reasoning, not two
         if end < 0:
-            return body, False, True
-        return body[:end], False, False
+            return text[start:], False, True
+        return text[start:end], False, False
     end = text.find(THINK_CLOSE)
     if end >= 0:
         return text[:end], False, False
@@ -105,8 +117,7 @@ def parse_steps(
     clean, sanitized = sanitize(text)
     reasoning, is_no_think, truncated = extract_reasoning(clean, no_think)
     pieces = re.split(delimiter, reasoning) if regex else reasoning.split(delimiter)
-    steps = [s.strip() for s in pieces]
-    steps = [s for s in steps if s]
+    steps = [step for piece in pieces if (step := piece.strip())]
     n_raw = len(steps)
     return ParsedSteps(
         steps=steps[:max_steps],

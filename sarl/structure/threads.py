@@ -7,13 +7,15 @@ already loaded in this process (threadpoolctl) for the duration of one kernel ca
 products, clustering, graph metrics), MaxFlow, the semantic clustering of EMPO and EVOL-RL. The number comes from the
 reward's config (`threads`, conf/reward/*.yaml, default 1: per-response work is too small to gain from more), read by
 `RewardFunction.threads`. The embedders are not capped here: they run a model and have their own settings.
+`StructureReward` spends more than one thread across the batch instead (`run_each`): the steps' vectors normalised in
+chunks and the responses clustered `threads` at a time, each with a one-thread BLAS, with the same results.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 _LOCK = threading.Lock()
 _CONTROLLER: Any = None  # one threadpoolctl controller per process: making one inspects every loaded library (ms)
@@ -44,3 +46,42 @@ def limited(threads: int | None) -> Iterator[None]:
 def pool_sizes() -> dict[str, int]:
     """The current size of each BLAS/OpenMP pool of this process, by its API (openblas, mkl, openmp, ...)."""
     return {lib.internal_api: lib.num_threads for lib in controller().lib_controllers}
+
+
+def run_each(items: Sequence[Any], fn: Callable[[Any], None], threads: int | None) -> None:
+    """fn(item) for every item, on `threads` threads (this one among them; None or 1: here, in order). Items are handed
+    out in order as threads come free, so a core slowed by other processes takes fewer; fn's heavy parts must release
+    the GIL (BLAS, numba's nogil kernels) for the threads to gain, and each item's result must not depend on the
+    others (then it does not depend on the threads either). Of the items whose fn raised, the first one's error is
+    raised, as a loop would. A BLAS pool's size (`limited`) holds in every thread; OpenMP's is each thread's own, and
+    the kernels run here use none."""
+    n = len(items)
+    workers = min(int(threads or 1), n)
+    if workers <= 1:
+        for item in items:
+            fn(item)
+        return
+    lock = threading.Lock()
+    position = [0]
+    errors: dict[int, BaseException] = {}
+
+    def work() -> None:
+        while True:
+            with lock:
+                k = position[0]
+                position[0] += 1
+            if k >= n:
+                return
+            try:
+                fn(items[k])
+            except BaseException as err:  # re-raised below, in item order
+                errors[k] = err
+
+    others = [threading.Thread(target=work, name=f"sarl-kernel-{t}", daemon=True) for t in range(1, workers)]
+    for t in others:
+        t.start()
+    work()
+    for t in others:
+        t.join()
+    if errors:
+        raise errors[min(errors)]

@@ -146,9 +146,11 @@ def test_same_response_same_labels_whatever_the_batch(method):
     together = cluster_batch(xs, method, seed=7)
     shuffled_idx = rng.permutation(len(xs))
     shuffled = cluster_batch([xs[i] for i in shuffled_idx], method, seed=7)
+    side_by_side = cluster_batch(xs, method, seed=7, threads=3)  # three responses at a time
     for pos, i in enumerate(shuffled_idx):
         np.testing.assert_array_equal(shuffled[pos], together[i])
         np.testing.assert_array_equal(cluster_steps(xs[i], method, seed=7), together[i])
+        np.testing.assert_array_equal(side_by_side[i], together[i])
 
 
 @pytest.mark.parametrize("rule", ["sqrt", "log2"])

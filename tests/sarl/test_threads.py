@@ -1,14 +1,18 @@
 """The reward's kernels run on the threads its config gives them (`reward.threads`), not on pools sized to the node."""
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+import sarl.structure.cluster as cluster
 import sarl.structure.reward as structure_reward
 from sarl.backends.verl.config import reward_cores_problem
+from sarl.bench.reward_step import StandInEmbedder, paper_batch
 from sarl.launch.compose import compose_train_config, validate_train_values
 from sarl.runtime.errors import UserError
+from sarl.structure.embed import base
 from sarl.structure.interface import RolloutBatch, build_reward
-from sarl.structure.threads import limited, pool_sizes
+from sarl.structure.threads import limited, pool_sizes, run_each
 
 
 def test_limited_caps_every_pool_inside_and_restores_it():
@@ -75,3 +79,44 @@ def test_reward_workers_times_threads_must_fit_the_nodes_cores():
     assert problem.startswith("backend.reward_num_workers=8 x reward.threads=16 = 128 threads, more than the 64 cores")
     group = {"_target_": "baselines.ttrl.TTRLReward", "threads": 2}  # a group reward: the trainer is its one process
     assert reward_cores_problem(cfg, group, cores=2) is None
+
+
+def test_run_each_runs_every_item_once_and_raises_the_first_failure_as_a_loop_would():
+    for threads in (None, 1, 2, 5):
+        seen = []
+        run_each(range(50), seen.append, threads)
+        assert sorted(seen) == list(range(50))
+
+    def fail(i):
+        if i in (7, 31):
+            raise ValueError(f"item {i}")
+
+    for threads in (1, 4):
+        with pytest.raises(ValueError, match="item 7"):
+            run_each(range(50), fail, threads)
+
+
+def test_the_reward_on_two_threads_gives_what_one_thread_gives():
+    """The steps are normalised and the responses clustered side by side, each with a one-thread BLAS."""
+
+    batch = paper_batch(rollouts=40, steps_mean=12, seed=3)
+    outputs = {}
+    for threads in (1, 2):
+        reward = structure_reward.StructureReward(StandInEmbedder(32, seed=0), threads=threads)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(base, "CHUNK_ROWS", 16)  # several chunks of steps
+            outputs[threads] = reward(batch)
+    assert [o.score for o in outputs[2]] == [o.score for o in outputs[1]]
+    assert [o.diagnostics for o in outputs[2]] == [o.diagnostics for o in outputs[1]]
+    seen = []
+    real = cluster.kmeans_labels
+
+    def spy(*args):
+        seen.append(pool_sizes())
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as mp, limited(2):
+        mp.setattr(cluster, "kmeans_labels", spy)
+        cluster.cluster_batch(list(np.random.default_rng(0).normal(size=(6, 5, 4))), threads=2)
+    blas = [{api: n for api, n in pools.items() if api in ("openblas", "mkl", "blis")} for pools in seen]
+    assert len(seen) == 6 and all(set(pools.values()) == {1} for pools in blas)  # 2 responses x 1 BLAS thread

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sarl.structure.kernels import ROW_NON_FINITE, ROW_NORM_OVERFLOW, ROW_OK, ROW_ZERO_NORM, normalise_rows
+from sarl.structure.threads import run_each
 
 log = logging.getLogger(__name__)
 
 # Raw vectors of the list path stacked and normalised together: a float64 buffer of 512 x 1,024 x 8 B = 4 MB, reused.
 VALIDATE_CHUNK_ROWS = 512
 
+# Rows a thread normalises at a time when `embed` has several (16 MB of float32 at 1,024 dimensions).
+CHUNK_ROWS = 4096
 # Why a row fails, by `normalise_rows` verdict (decisions §1.2 "Embeddings").
 _ROW_REASONS = {
     ROW_NON_FINITE: "non-finite embedding: NaN or inf in the vector",
@@ -66,12 +69,12 @@ class Embedder(ABC):
         read-only view).
         """
 
-    def embed(self, texts: list[str]) -> EmbeddingResult:
-        """Unit embeddings of `texts`; duplicates are embedded once."""
-        unique: dict[str, int] = {}
-        for t in texts:
-            unique.setdefault(t, len(unique))
-        distinct = list(unique)
+    def embed(self, texts: list[str], threads: int | None = 1) -> EmbeddingResult:
+        """Unit embeddings of `texts`; duplicates are embedded once. `threads`: the threads that check and normalise
+        the model's vectors (the model keeps its own settings); the result does not depend on them."""
+        distinct = list(dict.fromkeys(texts))  # in order of first occurrence
+        # text -> its row among the distinct texts; None: no duplicates, text i is distinct text i
+        unique = {t: j for j, t in enumerate(distinct)} if len(distinct) != len(texts) else None
         raw, reasons = self._embed_unique(distinct) if distinct else ([], {})
         if len(raw) != len(distinct):
             raise RuntimeError(f"{type(self).__name__} returned {len(raw)} vectors for {len(distinct)} texts")
@@ -105,7 +108,7 @@ class Embedder(ABC):
             rows = np.arange(len(distinct), dtype=np.int64)
             if reasons:
                 rows[list(reasons)] = -1  # failed by the model: not read
-            self._check_rows(dense, rows, checked, new_reasons)
+            self._check_rows(dense, rows, checked, new_reasons, threads)
         else:
             checked = np.empty((len(distinct), dim), dtype=np.float32)
             self._normalise_list(raw, reasons, checked, new_reasons)
@@ -113,16 +116,17 @@ class Embedder(ABC):
             reasons[j] = new_reasons[j]
         if reasons:
             checked[list(reasons)] = np.nan
-        if len(distinct) == len(texts):  # no duplicates: text i is distinct text i
+        if unique is None:
             vectors = checked
+            failed = {i: reasons[i] for i in sorted(reasons)}
         else:
-            vectors = checked[np.fromiter((unique[t] for t in texts), dtype=np.intp, count=len(texts))]
-        failed: dict[int, str] = {}
-        if reasons:
-            for i, t in enumerate(texts):
-                j = unique[t]
-                if j in reasons:
-                    failed[i] = reasons[j]
+            vectors = checked[np.fromiter(map(unique.__getitem__, texts), dtype=np.intp, count=len(texts))]
+            failed = {}
+            if reasons:
+                for i, t in enumerate(texts):
+                    j = unique[t]
+                    if j in reasons:
+                        failed[i] = reasons[j]
         for reason in reasons.values():
             self.failure_counts[reason.split(":")[0]] += 1
         if reasons:
@@ -161,12 +165,25 @@ class Embedder(ABC):
             np.stack(chunk, out=x)  # converted to float64 on the way
             self._check_rows(x, np.asarray(rows[s : s + VALIDATE_CHUNK_ROWS], dtype=np.int64), out, new_reasons)
 
-    def _check_rows(self, x: np.ndarray, rows: np.ndarray, out: np.ndarray, reasons: dict[int, str]) -> None:
+    def _check_rows(
+        self, x: np.ndarray, rows: np.ndarray, out: np.ndarray, reasons: dict[int, str], threads: int | None = 1
+    ) -> None:
         """Writes the unit vector of each row k of `x` (C-contiguous float32/float64, `dim` columns) into
         `out[rows[k]]`, or adds the reason it is unusable to `reasons` (decisions §1.2 "Embeddings");
         rows[k] < 0 skips row k. One compiled pass (`sarl.structure.kernels.normalise_rows`) with the norm
-        of `row_norms`, so a vector's unit vector does not depend on the batch or on the path it took."""
-        verdict = normalise_rows(x, rows, float(self.norm_eps), out)
+        of `row_norms`, so a vector's unit vector does not depend on the batch or on the path it took;
+        `threads` > 1 splits the rows into chunks normalised side by side (each row's result is the same)."""
+        if (threads or 1) > 1 and len(x) >= 2 * CHUNK_ROWS:
+            verdict = np.empty(len(x), dtype=np.uint8)
+            starts = list(range(0, len(x), CHUNK_ROWS))
+
+            def chunk(lo: int) -> None:
+                hi = lo + CHUNK_ROWS
+                verdict[lo:hi] = normalise_rows(x[lo:hi], rows[lo:hi], float(self.norm_eps), out)
+
+            run_each(starts, chunk, threads)
+        else:
+            verdict = normalise_rows(x, rows, float(self.norm_eps), out)
         for k in np.flatnonzero((verdict != ROW_OK) & (rows >= 0)):
             reasons[int(rows[k])] = _ROW_REASONS[int(verdict[k])]
 

@@ -278,13 +278,17 @@ def test_batched_validation_is_bit_identical_to_one_vector_at_a_time(monkeypatch
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("dim", [16, 1024, 1025, None])
-def test_the_2d_path_is_bit_identical_to_one_vector_at_a_time_and_to_the_list_path(caplog, dtype, dim):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_2d_path_is_bit_identical_to_one_vector_at_a_time_and_to_the_list_path(
+    monkeypatch, caplog, dtype, dim, threads
+):
+    monkeypatch.setattr(base, "CHUNK_ROWS", 7)  # threads > 1: chunks of 7 rows normalised side by side
     texts, table, failures = dense_texts(seed=dim or 0, n=300, d=dim or 24, dtype=dtype)
     ref, ref_counts, ref_first = reference_embed(DenseScriptedEmbedder(table, failures, dim, dtype), texts)
     emb = DenseScriptedEmbedder(table, failures, dim, dtype)
     emb._normalise_list = None  # the 2-D array never goes through the list path
     with caplog.at_level(logging.WARNING, logger="sarl.structure.embed.base"):
-        res = emb.embed(texts)
+        res = emb.embed(texts, threads=threads)
     listed = ScriptedEmbedder(table, failures, dim).embed(texts)
     assert emb.dim == (dim or 24)
     assert res.vectors.dtype == np.float32 and res.vectors.shape == ref.vectors.shape
