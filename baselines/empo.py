@@ -108,6 +108,7 @@ class EMPOReward(RewardFunction):
         if there is none (the math setting groups answers by equivalence and embeds nothing)."""
         if self.embedder is None:
             return None
+        # deferred: imports scikit-learn, networkx and pandas (sarl.structure.reward)
         from sarl.structure.reward import embedder_problem
 
         return embedder_problem(self.embedder)

@@ -142,6 +142,7 @@ class EvolRLReward(RewardFunction):
 
     def check_ready(self) -> str | None:
         """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
+        # deferred: imports scikit-learn, networkx and pandas (sarl.structure.reward)
         from sarl.structure.reward import embedder_problem
 
         return embedder_problem(self.embedder)

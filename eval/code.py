@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from eval.cache import SampleCache, stable_hash, text_hash
+from eval.grading.extract import strip_thinking
+from eval.sandbox import JUDGE_VERSION, Sandbox, last_code_block, problem_of
 from sarl.runtime.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,9 +40,6 @@ def run_code(cfg: DictConfig, benchmarks: Sequence[Benchmark], texts: Mapping[Ke
     """A run record {"outcome", "passed", "asserts", "detail"} per response of every code benchmark: cached, or
     run now in the sandbox (`cfg.code`)."""
     from tqdm import tqdm
-
-    from eval.grading.extract import strip_thinking
-    from eval.sandbox import JUDGE_VERSION, Sandbox, last_code_block, problem_of
 
     code_benchmarks = [b for b in benchmarks if b.kind == "code"]
     if not code_benchmarks:

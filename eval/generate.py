@@ -15,6 +15,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
+from eval.openai_client import ChatClient, api_key_from_env, run_concurrently
+from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
+from sarl.structure.token_count import TokenCounter
+
 log = logging.getLogger(__name__)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -208,8 +212,6 @@ class OpenAIChatGenerator(Generator):
         count_tokens: Callable[[str], int] | None = None,
         **client: Any,
     ) -> None:
-        from eval.openai_client import ChatClient
-
         self.client = ChatClient(url, **{**self.CLIENT_DEFAULTS, **client})
         self.model = model
         self.sampling = sampling
@@ -253,8 +255,6 @@ class OpenAIChatGenerator(Generator):
         return self.parse(self.client.chat(self.payload(request)))
 
     def generate(self, requests: Sequence[GenerationRequest], on_result: OnResult) -> None:
-        from eval.openai_client import run_concurrently
-
         run_concurrently(requests, self._one, on_result, self.concurrency, desc=f"generating ({self.model})")
 
     def close(self) -> None:
@@ -370,14 +370,9 @@ def openai_generator(
     import sys
     from pathlib import Path
 
-    from eval.openai_client import api_key_from_env
-    from sarl.structure.token_count import TokenCounter
-
     served = str(model or run.name)
     started = None
     if str(url) == "auto":
-        from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
-
         s = dict(server or {})
         cpu = bool(s.pop("cpu", False))
         started = VLLMServer(

@@ -20,6 +20,8 @@ import math
 import re
 from typing import Sequence
 
+from eval.grading.scores import avg_at_k
+
 SEED_STD_DDOF = 1  # the std over seeds is the sample standard deviation (decisions §3.1)
 METRIC_PATTERN = re.compile(r"^(avg@k|pass@(\d+)|pass@1_seeds)$")
 
@@ -76,8 +78,6 @@ def check_metric(name: str, n: int) -> None:
 def benchmark_metrics(correct: Sequence[Sequence[bool]], metrics: Sequence[str]) -> dict[str, float | list | None]:
     """The named metrics (`avg@<n>`, `pass@K`, `pass@1_mean` / `pass@1_std` / `pass@1_per_seed`) of one benchmark,
     from each problem's samples' correctness."""
-    from eval.grading.scores import avg_at_k
-
     n = len(correct[0]) if correct else 0
     out: dict[str, float | list | None] = {}
     for name in metrics:

@@ -18,6 +18,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from urllib.parse import urlparse
 
+from sarl.runtime.http_client import (
+    BreakerPolicy,
+    CircuitBreaker,
+    JSONClient,
+    RequestFailed,
+    RetryPolicy,
+    UnusableResponse,
+)
+
 if TYPE_CHECKING:
     import httpx
 
@@ -66,8 +75,6 @@ class ChatClient:
         breaker_failures: int | None = 5,
         breaker_cooldown_s: float = 30.0,
     ) -> None:
-        from sarl.runtime.http_client import BreakerPolicy, CircuitBreaker, JSONClient, RetryPolicy
-
         self.base = api_base(url)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
@@ -93,8 +100,6 @@ class ChatClient:
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The JSON reply to one chat request; ChatRequestError when it fails for good."""
-        from sarl.runtime.http_client import RequestFailed
-
         url = f"{self.base}/chat/completions"
         try:
             return self._http.post_json(
@@ -125,8 +130,6 @@ class ChatClient:
 
 def _json_body(reply: httpx.Response) -> dict[str, Any]:
     """The JSON of a 2xx reply; a body that is not JSON is worth another try."""
-    from sarl.runtime.http_client import UnusableResponse
-
     try:
         return reply.json()
     except ValueError as err:

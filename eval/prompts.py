@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import OmegaConf
 
+from eval.grading.extract import extract_answer, extract_answer_line
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
 
@@ -274,8 +275,6 @@ def ask(problems: list, bench: str, prompt: BenchmarkPrompt) -> list:
 
 def answer_reader(answer: str) -> Callable[..., str | None]:
     """The function reading a response's answer for a template's `answer`."""
-    from eval.grading.extract import extract_answer, extract_answer_line
-
     return {"boxed": extract_answer, "answer_line": extract_answer_line}[answer]
 
 

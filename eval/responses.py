@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from eval.cache import FileDigests, SampleCache, atomic_write_text, checkpoint_fingerprint, safe_name, stable_hash
 from eval.config import build, run_name
-from eval.generate import Generation, GenerationRequest, Generator, SamplingConfig, sample_seed
+from eval.generate import Generation, GenerationRequest, Generator, RunInfo, SamplingConfig, sample_seed
 from eval.protocol import Benchmark
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
@@ -26,8 +26,6 @@ def generators(cfg: DictConfig, run_dir: Path) -> Iterator[Callable[[SamplingCon
     `hydra.utils.instantiate` when first needed, so a fully cached run loads no model) with those sampling
     settings; one generator serves every sampling setting of the plan. Closed after the run (an `openai`
     generator with url=auto stops the vLLM server it started)."""
-    from eval.generate import RunInfo
-
     held: list[Generator] = []
 
     def get(sampling: SamplingConfig) -> Generator:

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from eval.cache import atomic_write_text
-from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES
+from eval.grading.scores import avg_at_k
+from eval.metrics import mean_std
+from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES, category_scores, task_categories, wb_score_macro
 from sarl.runtime.errors import UserError
+from sarl.runtime.runs import wandb_offline_unless_logged_in
 
 if TYPE_CHECKING:
     from eval.data import Problem
@@ -82,8 +85,6 @@ def structure_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def summarise_math(name: str, problems: Sequence[Mapping[str, Any]], k: int) -> dict[str, Any]:
     """Per-benchmark figures from per-problem rows (each with `samples`: correct, n_tokens, truncated, ...)."""
-    from eval.grading.scores import avg_at_k
-
     samples = [s for p in problems for s in p["samples"]]
     tokens = [s["n_tokens"] for s in samples if s.get("n_tokens") is not None]
     return {
@@ -170,8 +171,6 @@ def problem_row(b: Benchmark, p: Problem, samples: list[dict[str, Any]]) -> dict
 
 def summarise_wildbench(b: Benchmark, problems: list[dict[str, Any]], base: Mapping[str, Any] | None) -> dict[str, Any]:
     """Per-task score (mean of its judged responses), category scores, WB Score and its Δ% to the base."""
-    from eval.wildbench import category_scores, task_categories, wb_score_macro
-
     task_scores: dict[str, float] = {}
     categories: dict[str, list[str]] = {}
     samples = [s for p in problems for s in p["samples"]]
@@ -223,8 +222,6 @@ def protocol_math_part(
     `overall` (SARL Table 2's Avg over them; per sweep value when the protocol sweeps a setting) and, with a
     sweep, `sweep`: per benchmark the headline metric at each value and their mean ± std (Structured Reasoning
     Table 4)."""
-    from eval.metrics import mean_std
-
     parts = [p for p in parts if p]
     sweeps = {e["label"]: e["sweep"] for e in plan["benchmarks"] if e.get("sweep")}
     if not parts or (len(parts) == 1 and not sweeps):
@@ -474,8 +471,6 @@ def log_wandb(
     import os
 
     import wandb
-
-    from sarl.runtime.runs import wandb_offline_unless_logged_in
 
     env = dict(os.environ)
     wandb_offline_unless_logged_in(env)  # offline without an API key

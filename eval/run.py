@@ -49,9 +49,12 @@ from eval.protocol import (
     sampling_config,
 )
 from eval.responses import checkpoint_cache_root, generate_all, generators
+from eval.results import load_base, log_wandb, markdown_report, protocol_math_part, write_results
 from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_all
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
 from sarl.runtime.hub import offline_if_unreachable
+from sarl.runtime.runs import git_commit, versions
+from slurm import launcher
 
 log = logging.getLogger("eval.run")
 
@@ -59,9 +62,6 @@ log = logging.getLogger("eval.run")
 def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
     """The whole evaluation; returns the exit code (0 complete, 3 incomplete). `explicit_generator`: whether the
     command line chose the generator (if not, a vLLM that cannot be imported here gives way to Transformers)."""
-    from eval.results import load_base, log_wandb, markdown_report, protocol_math_part, write_results
-    from sarl.runtime.runs import git_commit, versions
-
     base = load_base(cfg.base_results)  # read before anything is made: a bad one leaves nothing behind
     check_eval_config(cfg)
     plan = resolve_plan(cfg)
@@ -167,17 +167,13 @@ def _run_command(argv: list[str]) -> int:
     if cfg.dry_run:  # the resolved plan; no checkpoint needed
         sys.stdout.write(format_plan(resolve_plan(cfg), cfg.paths.data_dir))
         if cfg.launcher.name != "local":
-            from slurm.launcher import submission_plan
-
             job_argv = [a for a in argv if not a.startswith("dry_run")]
-            sys.stderr.write(submission_plan("eval.run", job_argv, cfg.launcher))
+            sys.stderr.write(launcher.submission_plan("eval.run", job_argv, cfg.launcher))
         return 0
     if cfg.launcher.name != "local":  # submit this same command to SLURM (with launcher=local inside the job)
-        from slurm.launcher import dispatch
-
         check_eval_config(cfg, here=False)  # no checkpoint or a bad value fails here, not in the queue
 
-        return dispatch("eval.run", argv, cfg.launcher)
+        return launcher.dispatch("eval.run", argv, cfg.launcher)
     return run(cfg, generator_chosen(argv))
 
 

@@ -15,7 +15,16 @@ from eval.cache import SampleCache, stable_hash, text_hash
 from eval.code import code_outcomes, code_sample
 from eval.config import build
 from eval.generate import SamplingConfig
+from eval.grading.extract import strip_thinking
+from eval.grading.grader import Grader
+from eval.lm_eval_bridge import run_lm_eval
+from eval.metrics import benchmark_metrics
+from eval.prompts import answer_reader
 from eval.protocol import Benchmark
+from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
+from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
+from sarl.serving.auto import embedding_server_for
+from sarl.structure.interface import RolloutBatch
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
 
@@ -37,8 +46,8 @@ def structure_all(
     """The structure reward (SR, C, L, steps, nodes, edges, flags, failure) of every response, cached."""
     if not cfg.structure.enabled:
         return {}
+    # deferred (both): import numba, scipy and scikit-learn, only when structure statistics are asked for
     from sarl.structure.cluster import DEFAULT_K_RULE
-    from sarl.structure.interface import RolloutBatch
     from sarl.structure.reward import StructureReward
 
     emb_cfg = OmegaConf.to_container(cfg.embedding, resolve=True)
@@ -65,8 +74,6 @@ def structure_all(
     hashes = {(b.name, p.id): p.prompt_hash for b in benchmarks for p in b.problems}
     from hydra.utils import instantiate
     from tqdm import tqdm
-
-    from sarl.serving.auto import embedding_server_for
 
     with embedding_server_for(cfg, {"embedder": emb_cfg}):
         embedder = instantiate(emb_cfg)
@@ -114,9 +121,6 @@ def judge_all(
 ) -> dict[tuple[str, str, int], dict]:
     """A judgement per WildBench response: cached; an empty final answer scores 1 without a judge call; a
     failed judgement is recorded with its reason (not cached: a rerun tries again)."""
-    from eval.grading.extract import strip_thinking
-    from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
-
     wb = [b for b in benchmarks if b.kind == "wildbench"]
     if not wb:
         return {}
@@ -195,11 +199,6 @@ def score_benchmarks(
     base: dict | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """Per-benchmark summaries (math and code; wildbench) and one row per problem (code runs in `judgements`)."""
-    from eval.grading.grader import Grader
-    from eval.metrics import benchmark_metrics
-    from eval.prompts import answer_reader
-    from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
-
     grader = Grader(timeout_s=float(cfg.grading.timeout_s))
     unclosed = bool(cfg.grading.answer_in_unclosed_think)  # the training rewards' switch of the same name
     math_out: dict[str, Any] = {}
@@ -258,7 +257,6 @@ def score_benchmarks(
 def lm_eval_stage(cfg: DictConfig, sampling: SamplingConfig) -> dict[str, Any] | None:
     if not cfg.lm_eval.tasks:
         return None
-    from eval.lm_eval_bridge import run_lm_eval
 
     le = cfg.lm_eval
     model_args = OmegaConf.to_container(le.model_args, resolve=True) or {}

@@ -21,6 +21,9 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
+from eval.cache import atomic_write_text, safe_name
+from eval.openai_client import ChatClient, api_key_from_env, run_concurrently
+
 log = logging.getLogger(__name__)
 
 # WildBench tag -> merged category (allenai/WildBench leaderboard/data_dir/_create_tables.py `task_group_new`).
@@ -115,8 +118,6 @@ def load_template(source: str, cache_dir: str | Path | None = None, timeout_s: f
     """The judge template from a file or an http(s) URL (a fetched copy is kept in `cache_dir`); ValueError
     unless it has WildBench's four placeholders."""
     if re.match(r"https?://", source):
-        from eval.cache import atomic_write_text, safe_name
-
         cached = Path(cache_dir) / "templates" / safe_name(source) if cache_dir else None
         if cached is not None and cached.exists():
             text = cached.read_text(encoding="utf-8")
@@ -226,8 +227,6 @@ class Judge:
         extra_body: dict[str, Any] | None = None,
         **client: Any,
     ) -> None:
-        from eval.openai_client import ChatClient
-
         self.client = ChatClient(url, **{**self.CLIENT_DEFAULTS, **client})
         self.model = model
         self.template = template
@@ -262,8 +261,6 @@ class Judge:
     def judge_many(self, items: Sequence[tuple[Any, str]], on_result) -> int:
         """Judge (key, prompt) pairs concurrently with a progress bar; `on_result(key, record)` for each,
         where a request that failed for good gives {"score": None, "failed": reason}. Returns the failures."""
-        from eval.openai_client import run_concurrently
-
         failures = 0
 
         def done(item: tuple[Any, str], record: dict[str, Any] | None, error: str | None) -> None:
@@ -287,8 +284,6 @@ def openai_judge(
     """The judge conf/eval/judge/*.yaml describes (`_target_`; built by eval.run with `hydra.utils.instantiate`):
     any OpenAI-compatible chat endpoint at `url` serving `model`, with the API key from the environment variable
     `api_key_env`, scoring with `template_text` (the text of the template file or URL `template`)."""
-    from eval.openai_client import api_key_from_env
-
     api_key = api_key_from_env(api_key_env)
     if api_key is None and "api.openai.com" in str(url):
         raise RuntimeError(

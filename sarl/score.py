@@ -58,6 +58,7 @@ from sarl.structure.interface import Reward, RewardOutput, RolloutBatch, reward_
 from sarl.structure.interface import build_reward as build_reward_node
 from sarl.structure.metrics import batch_diagnostic_keys
 from sarl.structure.reward import StructureAnalysis, StructureReward
+from sarl.structure.viz import plot_reasoning_map, step_table, view_response
 
 EXIT_ALL_FAILED = 3
 # The reason `GroundTruthReward` and `CodeExecReward` give a row without a gold answer; the rewards built on them
@@ -256,8 +257,6 @@ def find_row(data: Responses, wanted: str) -> dict:
 
 def view_one(cfg: DictConfig, reward: StructureReward, row: dict) -> Path:
     """`view=ID`: the reasoning map of that row's response (PNG in plot_dir) and its steps by function."""
-    from sarl.structure.viz import step_table, view_response
-
     wanted = str(cfg.view)
     png = Path(cfg.plot_dir) / f"{_safe_name(wanted)}.png"
     try:
@@ -361,8 +360,6 @@ def write_scores(
             )
             a = analyses[i]
             if cfg.plot and a.labels is not None:
-                from sarl.structure.viz import plot_reasoning_map
-
                 png = Path(cfg.plot_dir) / f"{_safe_name(str(row['id']))}.png"
                 map_title = f"{row['id']}: SR={_fmt(d.get('sr'))}  C={_fmt(d.get('C'))}  L={_fmt(d.get('L'))}"
                 plot_reasoning_map(a.steps, a.labels, png, title=map_title)

@@ -20,8 +20,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sarl.backends.trl import distributed
+from sarl.backends.trl import run as trl
+from sarl.backends.trl.preflight import run_trl_cheap_checks
+from sarl.backends.trl.run import policy_path, unsupported
+from sarl.backends.verl import cpu
 from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
 from sarl.launch.compose import check_model_paths, compose_user_config
+from sarl.launch.format_preflight import check_format
+from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
+from sarl.preflight import run_cheap_checks
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import (
@@ -33,13 +41,15 @@ from sarl.runtime.runs import (
     wandb_env,
     wandb_record,
 )
-from sarl.runtime.signals import run_in_own_group
+from sarl.runtime.signals import Terminated, run_in_own_group, signals_as_exceptions
 from sarl.serving.auto import (
     check_reward_dependencies,
     check_reward_endpoints,
     embedding_server_for,
     planned_embedding_server,
 )
+from sarl.structure.interface import reward_class
+from slurm import launcher
 
 log = logging.getLogger("sarl.train")
 
@@ -53,8 +63,7 @@ class UnsupportedOnBackend(RuntimeError):
 
 def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
     """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
-    from sarl.structure.embed.hidden import asks_for_live_policy
-    from sarl.structure.interface import reward_class
+    from sarl.structure.embed.hidden import asks_for_live_policy  # deferred: imports numba and scipy
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
     if cfg.data.get("role") == "eval":
@@ -68,8 +77,6 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
             "with sft_files) and every other algorithm on prompts; pick matching groups"
         )
     if backend == "trl":
-        from sarl.backends.trl.run import unsupported
-
         why = unsupported(cfg)
         if why:
             raise UnsupportedOnBackend(why)
@@ -120,36 +127,29 @@ def run(
             raise UserError(f"STAGE:key=value overrides ({', '.join(stage_overrides)}) need an exp with a pipeline")
         check_supported(cfg, choices)
     if cfg.launcher.name != "local":  # submit this same command (slurm/launcher.py); a dry run shows the job
-        from slurm.launcher import dispatch, submission_plan, train_argv
-
         staged = [f"{k}:{o}" for k, items in (stage_overrides or {}).items() for o in items]
-        argv = train_argv([*(overrides or []), *staged], cfg)
+        argv = launcher.train_argv([*(overrides or []), *staged], cfg)
         if not cfg.train.dry_run:
-            return dispatch("sarl.train", argv, cfg.launcher)
+            return launcher.dispatch("sarl.train", argv, cfg.launcher)
         job_argv = [a for a in argv if not a.startswith("train.dry_run")]
-        sys.stderr.write(submission_plan("sarl.train", job_argv, cfg.launcher))
+        sys.stderr.write(launcher.submission_plan("sarl.train", job_argv, cfg.launcher))
     run_dir = resolve_run_dir(cfg, experiment)
     if pipeline:
-        from sarl.launch.pipeline import run_pipeline
-
         return run_pipeline(cfg, experiment, overrides or [], stage_overrides or {}, run_dir, run_stage=run)
     if not cfg.train.dry_run:
-        from sarl.launch.format_preflight import check_format
-
         check_format(cfg)  # a reward that reads a format, on a policy that writes it (format_check)
     if cfg.backend.name == "trl":
         return run_trl(cfg, choices, experiment, run_dir, overrides or [])
     quiet_verl_notices(bool(cfg.backend.get("cpu", False)))
     with_local_policy(cfg)
     if cfg.algorithm.name == "sft":
-        from sarl.backends.verl.sft import run_verl_sft
+        from sarl.backends.verl.sft import run_verl_sft  # deferred: imports verl (~9 s)
 
         rc = run_verl_sft(cfg, choices, experiment, run_dir)
     else:
         rc = run_verl(cfg, choices, experiment, run_dir)
     if rc or cfg.train.dry_run:
         return rc
-    from sarl.launch.pipeline import saved_weights_problem
 
     problem = saved_weights_problem(cfg, run_dir)  # no run ends without its weights
     if problem:
@@ -161,25 +161,21 @@ def run(
 def run_trl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path, overrides: list[str]) -> int:
     """backend=trl: TRL's trainer in this process (sarl.backends.trl.run), or one process per GPU under torchrun
     (`backend.distributed: fsdp`, sarl.backends.trl.distributed) in its own process group."""
-    from sarl.backends.trl import run as trl
-    from sarl.backends.trl.distributed import launch_command, processes
-
-    n = processes(cfg)
+    n = distributed.processes(cfg)
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(OmegaConf.create(trl.dry_run_config(cfg, run_dir))))
         kept = [o for o in overrides if not o.startswith(("train.dry_run", "run_dir="))]
         sys.stderr.write(shlex.join([sys.executable, "-m", "sarl.train", *kept, f"run_dir={run_dir}"]) + "\n")
         if n > 1:
-            sys.stderr.write(dry_run_command(launch_command(run_dir, n), [run_dir / "config.yaml"]))
+            sys.stderr.write(dry_run_command(distributed.launch_command(run_dir, n), [run_dir / "config.yaml"]))
         return 0
-    from sarl.backends.trl.preflight import run_trl_cheap_checks
 
     run_trl_cheap_checks(cfg)  # the GPUs the processes need, the memory plan
     if n > 1:
         with_local_policy(cfg)  # built once here, not by every rank
     meta, env = run_record(cfg, choices, experiment, run_dir)
     if n > 1:
-        cmd = launch_command(run_dir, n)
+        cmd = distributed.launch_command(run_dir, n)
         log.info("launching %d TRL processes: %s", n, shlex.join(cmd))
         return run_in_own_group(cmd, cwd=Path.cwd(), env=env)  # Ctrl-C or SIGTERM stops torchrun's whole group
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
@@ -194,8 +190,6 @@ def with_local_policy(cfg: DictConfig) -> None:
         return
     from omegaconf import read_write
 
-    from sarl.backends.trl.run import policy_path
-
     with read_write(cfg.model):
         cfg.model.path = str(policy_path(cfg))
 
@@ -206,8 +200,6 @@ def with_cpu_data(cfg: DictConfig, run_dir: Path) -> None:
     if not cfg.backend.get("cpu", False) or cfg.data.get("train_files") or not cfg.data.get("trl_train_files"):
         return
     from omegaconf import read_write
-
-    from sarl.backends.verl import cpu
 
     if cfg.train.dry_run:
         folder = run_dir / cpu.DATA_DIR
@@ -221,6 +213,7 @@ def with_cpu_data(cfg: DictConfig, run_dir: Path) -> None:
 
 def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:
     """backend=verl: write verl's trainer config and launch verl's entry point on it."""
+    # deferred: imports verl (~9 s)
     from sarl.backends.verl.config import build_verl_config, process_env, validate_verl_config
 
     if int(cfg.train.save_freq) <= 0:  # verl's RL trainer saves only then (and then always the last step too)
@@ -247,8 +240,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
             "on a GPU node with `pip install -e .[gpu]`"
         ) from err
-    from sarl.backends.verl.config import reward_cores_problem
-    from sarl.preflight import run_cheap_checks
+    from sarl.backends.verl.config import reward_cores_problem  # deferred: imports verl (~9 s)
 
     run_cheap_checks(cfg, verl_cfg, run_dir)
     cores = reward_cores_problem(cfg, reward_cfg)
@@ -268,11 +260,8 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
 def main(argv: list[str] | None = None) -> int:
     """SIGTERM and SIGHUP end the run like an error (sarl.runtime.signals): its children are stopped, exit
     128+signal."""
-    from sarl.runtime.signals import Terminated, signals_as_exceptions
-
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
-    from sarl.launch.pipeline import split_stage_overrides
 
     overrides, stage_overrides = split_stage_overrides(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from sarl.runtime.signals import Terminated, signals_as_exceptions
 from slurm.launcher import ModuleJob, SlurmSettings, job_argv
 
 log = logging.getLogger("slurm.node")
@@ -85,8 +86,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    from sarl.runtime.signals import Terminated, signals_as_exceptions
-
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     env = os.environ if env is None else env
     args = parse_args(sys.argv[1:] if argv is None else argv)

@@ -8,7 +8,11 @@ imported.
 """
 
 import ast
+import re
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sarl", "baselines", "eval", "slurm")
@@ -201,3 +205,176 @@ def test_one_home_per_name():
             )
         if path.name == "__init__.py" and path.parent.relative_to(ROOT).as_posix() not in PUBLIC_API:
             assert "__all__" not in text, f"{path}: __all__ forwards names; import them from their modules instead"
+
+
+# Imports at the top (docs/design.md "Layers"): a module's imports of the project are at module level, so that its
+# first lines show what it depends on. An import stays inside a function only for a reason written on its line or
+# the line above as `# deferred: REASON` (a measured import cost: "imports verl (~9 s)"; a real cycle: "cycle: X
+# imports this module"), and such imports stay a small share of all.
+DEFERRED_MARKER = re.compile(r"# deferred( \([^)]*\))?: \S")  # "# deferred: why", "# deferred (both): why"
+DEFERRED_SHARE_MAX = 0.15
+
+
+def project_imports(modules: dict[str, Path], root: Path = ROOT) -> tuple[int, list[tuple[str, int, bool]]]:
+    """(module-level imports of the project, [(file, line, has a reason) for each import inside a function])."""
+    top, deferred = 0, []
+    for path in modules.values():
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text, filename=str(path))
+        import_lines = {
+            i
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for i in range(n.lineno, n.end_lineno + 1)
+        }
+
+        def has_reason(node: ast.stmt) -> bool:
+            """The marker on the statement's lines, or on the line above the run of imports it is part of."""
+            above = node.lineno - 1
+            while above in import_lines:
+                above -= 1
+            return any(DEFERRED_MARKER.search(line) for line in lines[max(above - 1, 0) : node.end_lineno])
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            nonlocal top
+            for child in ast.iter_child_nodes(node):
+                inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    names = [child.module or ""] if isinstance(child, ast.ImportFrom) else [a.name for a in child.names]
+                    if getattr(child, "level", 0) or any(n.split(".")[0] in PACKAGES for n in names):
+                        if not inside:
+                            top += 1
+                            continue
+                        deferred.append((path.relative_to(root).as_posix(), child.lineno, has_reason(child)))
+                visit(child, inside)
+
+        visit(tree, False)
+    return top, deferred
+
+
+def test_deferred_imports_are_counted_and_need_a_reason(tmp_path):
+    (tmp_path / "sarl").mkdir()
+    (tmp_path / "sarl" / "__init__.py").write_text("")
+    (tmp_path / "sarl" / "a.py").write_text(
+        "import json\nfrom sarl import b\n\n\ndef f():\n    from sarl import c\n"
+        "    # deferred: imports verl (~9 s)\n    from sarl import d\n"
+        "    from . import e  # deferred: cycle: sarl.e imports this module\n    import os\n\n\n"
+        "def g():\n    # deferred (both): imports torch\n    from sarl import f\n    import sarl.g\n\n"
+        "    from sarl import h\n"
+    )
+    for package in ("baselines", "eval", "slurm"):
+        (tmp_path / package).mkdir()
+    top, deferred = project_imports(project_modules(tmp_path), tmp_path)
+    assert top == 1
+    assert deferred == [
+        ("sarl/a.py", 6, False),
+        ("sarl/a.py", 8, True),
+        ("sarl/a.py", 9, True),
+        ("sarl/a.py", 15, True),
+        ("sarl/a.py", 16, True),
+        ("sarl/a.py", 18, False),
+    ]
+
+
+def test_imports_of_the_project_are_at_module_level():
+    top, deferred = project_imports(project_modules())
+    share = len(deferred) / (top + len(deferred))
+    assert share < DEFERRED_SHARE_MAX, f"{len(deferred)} of {top + len(deferred)} project imports are deferred"
+    silent = [f"{file}:{line}" for file, line, reason in deferred if not reason]
+    assert not silent, (
+        "imports inside a function without a reason (`# deferred: why` on the line or the line above): "
+        "move them to the top of the file, or say why they wait (an import cost, a cycle): " + ", ".join(silent)
+    )
+
+
+# The modules that configs name (`_target_`, `entry_module`, a format `parser`, ...) are imports too, made by
+# Hydra or importlib at run time: each must exist (read with `ast`, nothing imported), and a config group's
+# targets must come from the units that group is about.
+DOTTED = re.compile(r"(?:sarl|baselines|eval|slurm)(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+TARGET_OWNERS = {  # conf/ folder or key -> the module prefixes its dotted names may come from
+    "reward/": ("sarl.structure", "baselines"),  # a reward: the SARL reward or a baseline's
+    "embedding/": ("sarl.structure.embed", "sarl.serving"),  # an embedder: in process, or an embedding server's client
+    "eval/": ("eval",),  # generators and judges of the evaluation
+    "entry_module": ("sarl.backends",),  # a back end's entry point
+    "parser": ("baselines",),  # the format parser of a baseline's reward (sarl.launch.format_preflight)
+    "adv_estimator_register": ("baselines",),  # a baseline's advantage estimator
+    "pipeline_report": ("sarl.reports",),
+}
+
+
+def config_targets(conf: Path) -> list[tuple[str, str, str]]:
+    """(file, dotted key, value) for every string value of conf/**/*.yaml that is a dotted name in the project."""
+    out = []
+
+    def walk(node: Any, key: str, file: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k), file)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]", file)
+        elif isinstance(node, str) and DOTTED.fullmatch(node):
+            out.append((file, key, node))
+
+    for path in sorted(conf.rglob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()), "", path.relative_to(conf).as_posix())
+    return out
+
+
+def top_level_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def target_problems(targets: list[tuple[str, str, str]], modules: dict[str, Path]) -> list[str]:
+    out = []
+    for file, key, value in targets:
+        module = _owner(value, modules)
+        attribute = value[len(module) + 1 :] if module else ""
+        where = f"conf/{file}: {key}={value}"
+        if module is None or "." in attribute or (attribute and attribute not in top_level_names(modules[module])):
+            out.append(f"{where}: no such module or top-level name in the project")
+            continue
+        for owner, prefixes in TARGET_OWNERS.items():
+            applies = file.startswith(owner) if owner.endswith("/") else key.rpartition(".")[2] == owner
+            if applies and not any(module == p or module.startswith(p + ".") for p in prefixes):
+                out.append(f"{where}: {owner} names modules of {', '.join(prefixes)}, not {module}")
+    return out
+
+
+def test_config_target_problems_are_found(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "baselines" / "lcs.py").write_text("class LCSReward:\n    pass\n\n\ndef parse():\n    pass\n")
+    (tmp_path / "eval" / "generate.py").write_text("def vllm_generator():\n    pass\n")
+    (tmp_path / "conf" / "reward").mkdir(parents=True)
+    (tmp_path / "conf" / "reward" / "lcs.yaml").write_text("_target_: baselines.lcs.LCSReward\n")
+    (tmp_path / "conf" / "reward" / "bad.yaml").write_text("_target_: eval.generate.vllm_generator\n")
+    (tmp_path / "conf" / "exp.yaml").write_text("format_check:\n  parser: baselines.lcs.parsed\nnote: sarl text\n")
+    targets = config_targets(tmp_path / "conf")
+    assert [t[1:] for t in targets] == [
+        ("format_check.parser", "baselines.lcs.parsed"),
+        ("_target_", "eval.generate.vllm_generator"),
+        ("_target_", "baselines.lcs.LCSReward"),
+    ]
+    assert target_problems(targets, project_modules(tmp_path)) == [
+        "conf/exp.yaml: format_check.parser=baselines.lcs.parsed: no such module or top-level name in the project",
+        "conf/reward/bad.yaml: _target_=eval.generate.vllm_generator: reward/ names modules of sarl.structure, "
+        "baselines, not eval.generate",
+    ]
+
+
+def test_configs_name_modules_that_exist_in_their_owners_units():
+    targets = config_targets(ROOT / "conf")
+    keys = {key.rpartition(".")[2] for _, key, _ in targets}
+    assert {"_target_", "entry_module", "parser"} <= keys, keys
+    problems = target_problems(targets, project_modules())
+    assert not problems, "\n".join(problems)

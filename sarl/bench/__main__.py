@@ -9,7 +9,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from sarl.bench.code_exec import run_code_exec
 from sarl.bench.common import busy_load, machine, print_machine, thread_settings
+from sarl.bench.grading import run_grading
+from sarl.bench.maxflow import run_maxflow
 from sarl.runtime.errors import UserError, report_user_errors
 
 SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec")
@@ -69,32 +72,30 @@ def _run_suite(cfg: DictConfig, section: DictConfig, console: Console, out_dir: 
     print_machine(console, "start", start)
     with thread_settings(cfg.threads, console) as threads:
         if cfg.suite == "structure":
+            # deferred: imports numba, scipy and scikit-learn; only the suite asked for is loaded
             from sarl.bench.structure import run_structure
 
             result = run_structure(section, console)
         elif cfg.suite == "grading":
-            from sarl.bench.grading import run_grading
-
             result = run_grading(section, console)
         elif cfg.suite == "reward_step":
+            # deferred: imports numba, scipy and scikit-learn; only the suite asked for is loaded
             from sarl.bench.reward_step import run_reward_step
 
-            result = run_reward_step(section, console)
+            result = run_reward_step(section, console, threads=cfg.threads)
         elif cfg.suite == "embed_http":
+            # deferred: imports numba, scipy and scikit-learn; only the suite asked for is loaded
             from sarl.bench.embed_http import run_embed_http
 
             result = run_embed_http(section, console)
         elif cfg.suite == "code_exec":
-            from sarl.bench.code_exec import run_code_exec
-
             result = run_code_exec(section, console)
         elif cfg.suite == "smoke_effect":
+            # deferred: imports pandas; only the suite asked for is loaded
             from sarl.bench.smoke_effect import run_smoke_effect
 
             result = run_smoke_effect(section, console, out_dir=out_dir)
         else:
-            from sarl.bench.maxflow import run_maxflow
-
             result = run_maxflow(section, console)
     end = machine()
     print_machine(console, "end", end)

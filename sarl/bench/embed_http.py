@@ -28,6 +28,9 @@ from rich.table import Table
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
 from sarl.runtime.errors import UserError
+from sarl.serving.http import HTTPEmbedder
+from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
+from sarl.structure.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -103,10 +106,6 @@ def bench_texts(n: int) -> list[str]:
 
 
 def run_embed_http(cfg: DictConfig, console: Console) -> dict | None:
-    from sarl.serving.http import HTTPEmbedder
-    from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
-    from sarl.structure.embed.local import SentenceTransformerEmbedder, bundled_minilm_path
-
     python = Path(cfg.server_python)
     if not python.exists():
         console.print(f"[yellow]embed_http skipped: {python} not found (run scripts/setup_vllm_cpu.sh)")

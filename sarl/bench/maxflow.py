@@ -12,13 +12,13 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from baselines.maxflow.flow import capacity_graph, step_importance
+
 
 def attention_like_capacity(n: int, rng: np.random.Generator, tau: float) -> np.ndarray:
     """A capacity graph shaped like thresholded step attention (Structured Reasoning Eq. 3, Sec. 4.3 (a)): each node's
     attention over the earlier nodes sums to at most 1, with extra mass on the question (node 0, where
     attention sinks) and on the step just before (locality)."""
-    from baselines.maxflow.flow import capacity_graph
-
     att = np.zeros((n, n))
     for i in range(1, n):
         w = rng.dirichlet(np.full(i, 0.5))
@@ -52,8 +52,6 @@ def networkx_importance(cap: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def bench_maxflow(cfg: DictConfig, console: Console) -> list[dict]:
-    from baselines.maxflow.flow import step_importance
-
     if len(cfg.sizes) != len(cfg.graphs):
         raise ValueError(f"maxflow.sizes {list(cfg.sizes)} and maxflow.graphs {list(cfg.graphs)} differ in length")
     rng = np.random.default_rng(cfg.seed)

@@ -29,8 +29,10 @@ from rich.table import Table
 
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
 from sarl.structure.cluster import cluster_batch, hdbscan_params, kmeans_k
+from sarl.structure.embed.local import SentenceTransformerEmbedder
 from sarl.structure.graph import reasoning_map, structure_reward
 from sarl.structure.reward import structure_rewards_from_embeddings
+from sarl.structure.steps import split_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,8 +82,6 @@ def _strings(obj):
 def step_text_stream(max_texts: int | None = None) -> list[str]:
     """Distinct step texts in reading order: the steps of the shipped traces, then the sentences
     (at least 20 characters) of the test fixtures' JSON/JSONL text fields."""
-    from sarl.structure.steps import split_steps
-
     texts: list[str] = []
     for line in (ROOT / "sarl" / "samples" / "responses.jsonl").read_text().splitlines():
         if line.strip():
@@ -99,8 +99,6 @@ def step_text_stream(max_texts: int | None = None) -> list[str]:
 def minilm_family(ms: np.ndarray, rng: np.random.Generator, max_texts: int | None) -> tuple[list[np.ndarray], None]:
     """Windows of M consecutive texts of the step stream (wrapping around), embedded with MiniLM; M is
     capped at the stream's length so no window repeats a text."""
-    from sarl.structure.embed.local import SentenceTransformerEmbedder
-
     stream = step_text_stream(max_texts)
     result = SentenceTransformerEmbedder().embed(stream)
     if result.failed:

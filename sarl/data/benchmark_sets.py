@@ -25,6 +25,7 @@ import re
 import string
 from typing import Any, Callable, Mapping, Sequence
 
+from eval.grading.extract import extract_answer
 from sarl.data.build import (
     BUILDERS,
     Built,
@@ -68,8 +69,6 @@ def after_hashes(solution: Any) -> str:
 def last_boxed(solution: Any) -> str:
     """MATH's final answer: the content of the last `\\boxed{}` (or `\\fbox{}`) of the solution; ValueError when
     there is none."""
-    from eval.grading.extract import extract_answer
-
     answer = extract_answer(solution) if isinstance(solution, str) else None
     if not answer:
         raise ValueError("no \\boxed{} answer in the solution")

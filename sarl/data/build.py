@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from baselines.dpo_pairs import conversational_pairs, dpo_pairs_from_openrubrics
+from baselines.structured_prompt import randomized_prompt, structured_prompt
 from eval.grading.gold import validate_gold, validate_gold_rows
 from sarl.data.answers import accepted_answers
 from sarl.data.sources import DataSourceError
@@ -218,13 +219,9 @@ def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
         suffix = cfg.get("prompt_suffix") or ""
         return lambda question, rid: question + suffix
     if style == "structured":
-        from baselines.structured_prompt import randomized_prompt
-
         seed = int(cfg.get("prompt_seed") or 0)
         return lambda question, rid: randomized_prompt(question, seed=seed, key=rid)
     if style == "structured_fixed":
-        from baselines.structured_prompt import structured_prompt
-
         return lambda question, rid: structured_prompt(question)
     raise DataValidationError(
         f"dataset '{cfg['name']}': prompt_style {style!r} is not one of {', '.join(PROMPT_STYLES)}"

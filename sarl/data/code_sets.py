@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
+from eval.sandbox import Sandbox, problem_of
 from sarl.data import code_tests
 from sarl.data.build import (
     BUILDERS,
@@ -207,8 +208,6 @@ def verify_solutions(candidates: list[dict[str, Any]], verify: Mapping[str, Any]
     """Row index -> why its canonical solution does not pass its tests in the sandbox (`verify.sandbox`:
     conf/reward/code_exec.yaml's sandbox keys; `verify.max_workers`). A row without a solution is reported."""
     from tqdm import tqdm
-
-    from eval.sandbox import Sandbox, problem_of
 
     sandbox = Sandbox(**dict(verify.get("sandbox") or {}))
     problem_ = sandbox.check_ready()

@@ -36,6 +36,7 @@ from sarl.data.build import BUILDERS, Built, DataValidationError, Steps, trl_rec
 from sarl.data.sources import DataSourceError, load_rows, sha256_file
 from sarl.data.writers import write_json, write_jsonl, write_parquet
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.runs import git_commit
 
 log = logging.getLogger("sarl.data.prepare")
 
@@ -146,8 +147,6 @@ def _files(data_dir: Path, **paths: Path) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    from sarl.runtime.runs import git_commit
-
     out = {"git_commit": git_commit()}
     for pkg in ("sarl", "datasets", "pyarrow", "transformers", "math-verify"):
         try:

@@ -13,8 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from sarl.backends.verl.cpu import cpu_overrides, merged_overrides
 from sarl.runtime.errors import UserError, composition_error_message, refuse_new_keys
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.hub import check_model_source
 
 log = logging.getLogger("sarl.train")  # a part of `python -m sarl.train`: its messages keep that name
 
@@ -45,8 +47,6 @@ def compose_user_config(overrides: list[str], named: list[str] | None = None) ->
     try:
         cfg, choices = compose_train_config(overrides)
         if cfg.backend.get("cpu", False) and not cfg.get("pipeline"):
-            from sarl.backends.verl.cpu import cpu_overrides, merged_overrides
-
             extra = cpu_overrides(cfg, overrides if named is None else named)
             cfg, choices = compose_train_config(merged_overrides(overrides, extra))
     except (HydraException, OmegaConfBaseException) as err:
@@ -61,8 +61,6 @@ def check_model_paths(cfg: DictConfig) -> None:
     or a Hub id in the local Hugging Face cache or on a Hub that can be reached (sarl.runtime.hub); else a
     UserError, before anything is built or written. A dry run loads nothing: a Hub id it could not fetch now is
     one line of note."""
-    from sarl.runtime.hub import check_model_source
-
     for key, filename in (("path", "config.json"), ("tokenizer_path", "tokenizer_config.json")):
         value = cfg.model.get(key)
         if value:

@@ -26,7 +26,9 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig
 
+from sarl.backends.trl.run import policy_path
 from sarl.runtime.errors import UserError
+from sarl.runtime.files import resolve_path
 
 log = logging.getLogger("sarl.launch.format_preflight")
 
@@ -46,8 +48,6 @@ def parseable_share(responses: Sequence[str], parser: Callable[[str], Any]) -> t
 def check_prompts(cfg: DictConfig, n: int) -> list[list[dict[str, str]]]:
     """The first `n` prompts of the run's validation set (`data.val_files`), else of its training set (verl
     parquet or TRL jsonl), as chat messages."""
-    from sarl.runtime.files import resolve_path
-
     candidates = [cfg.data.get("val_files"), cfg.data.get("train_files"), cfg.data.get("trl_train_files")]
     for path in (resolve_path(str(p)) for p in candidates if p):
         if not path.is_file():
@@ -113,8 +113,6 @@ def check_format(cfg: DictConfig, generate: Generate | None = None) -> float | N
     parser = get_method(str(fc.parser))
     prompts = check_prompts(cfg, n)
     if generate is None:
-        from sarl.backends.trl.run import policy_path
-
         model = str(policy_path(cfg))
         generate = transformers_generate(model, cfg.model.get("tokenizer_path"), int(fc.max_new_tokens))
     responses = generate(prompts)

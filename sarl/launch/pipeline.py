@@ -33,6 +33,8 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from sarl.backends.trl.run import FINAL_SUBDIR
+from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.runtime.errors import UserError
 from sarl.runtime.weights import verl_actor_problem, weight_files, weights_problem
 
@@ -85,12 +87,10 @@ def stages_of(cfg: DictConfig) -> list[dict[str, Any]]:
 def final_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     """The Hugging Face directory a finished stage leaves (None if there is none yet)."""
     if cfg.backend.name == "trl":
-        from sarl.backends.trl.run import FINAL_SUBDIR
-
         final = run_dir / FINAL_SUBDIR
         return final if weight_files(final) else None
     if cfg.algorithm.name == "sft":
-        from sarl.backends.verl.sft import final_hf_checkpoint
+        from sarl.backends.verl.sft import final_hf_checkpoint  # deferred: imports verl (~9 s)
 
         return final_hf_checkpoint(run_dir)
     return _verl_rl_checkpoint(run_dir)
@@ -121,8 +121,6 @@ def saved_weights_problem(cfg: DictConfig, run_dir: Path) -> str | None:
 def planned_checkpoint(cfg: DictConfig, run_dir: Path) -> Path:
     """Where a stage's final checkpoint will be (a dry run prints the next stage with it)."""
     if cfg.backend.name == "trl":
-        from sarl.backends.trl.run import FINAL_SUBDIR
-
         return run_dir / FINAL_SUBDIR
     return run_dir / "checkpoints" / "global_step_LAST" / ("huggingface" if cfg.algorithm.name == "sft" else "actor")
 
@@ -155,8 +153,6 @@ def run_pipeline(
     """Run the stages of `cfg.pipeline` in order under `run_dir` (module docstring) with `run_stage` (sarl.train's
     `run(cfg, choices, overrides)`, passed in so that this module does not import the entry point); the first
     failing stage's exit code ends the pipeline."""
-    from sarl.launch.compose import check_model_paths, compose_user_config
-
     stages = stages_of(cfg)
     unknown = sorted(set(per_stage) - {s["name"] for s in stages})
     if unknown:

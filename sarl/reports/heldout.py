@@ -31,6 +31,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from eval.grading.extract import extract_answer
+from eval.grading.grader import is_equivalent
+from sarl.runtime.files import resolve_path
+from sarl.structure.interface import RolloutBatch
+
 log = logging.getLogger("sarl.reports.heldout")
 
 BEFORE_FILE = "heldout_before.json"
@@ -138,10 +143,6 @@ def measure(
     responses: list[list[tuple[str, int, bool]]], ground_truths: list[Any], structure_reward: Any
 ) -> list[Sample]:
     """Each response's SR (`structure_reward`, a `sarl.structure.reward.StructureReward`), correctness and health."""
-    from eval.grading.extract import extract_answer
-    from eval.grading.grader import is_equivalent
-    from sarl.structure.interface import RolloutBatch
-
     flat = [(i, text, n_tokens, cut) for i, group in enumerate(responses) for text, n_tokens, cut in group]
     outputs = structure_reward(RolloutBatch.from_responses([text for _, text, _, _ in flat]))
     samples = []
@@ -221,8 +222,6 @@ class HeldOut:
     """The held-out evaluation of one run (config: the `heldout` node, see conf/exp/smoke.yaml)."""
 
     def __init__(self, cfg: Any, run_dir: Path, structure_reward: Any, train_rows: list[dict[str, Any]] | None):
-        from sarl.runtime.files import resolve_path
-
         self.cfg = cfg
         self.run_dir = run_dir
         self.reward = structure_reward

@@ -14,6 +14,9 @@ from typing import Any, Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.runtime.errors import UserError
+from sarl.runtime.models import find_model_config
+from sarl.runtime.network import is_loopback, routable_ip
+from sarl.serving.server import EmbeddingServer
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,6 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
     if not starts_embedding_server(reward_cfg):
         return None
     embedder = reward_cfg["embedder"]
-    from sarl.runtime.network import routable_ip
-    from sarl.serving.server import EmbeddingServer
 
     s = cfg.embedding_server
     nnodes = int(OmegaConf.select(cfg, "train.nnodes", default=1))
@@ -51,7 +52,6 @@ def planned_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Any | None:
     else:
         bind = advertise = "127.0.0.1"
     max_model_len = s.max_model_len
-    from sarl.runtime.models import find_model_config
 
     context = (find_model_config(str(s.model)) or {}).get("max_position_embeddings")
     if max_model_len and context and int(max_model_len) > int(context):  # vLLM refuses a longer one
@@ -94,8 +94,6 @@ def check_reward_endpoints(cfg: DictConfig, reward_cfg: dict) -> None:
         return
     from urllib.parse import urlparse
 
-    from sarl.runtime.network import is_loopback
-
     host = urlparse(url).hostname or ""
     if is_loopback(host):
         raise UserError(
@@ -112,6 +110,7 @@ def check_reward_dependencies(reward_cfg: dict) -> None:
         return
     from hydra.utils import instantiate
 
+    # deferred: imports numba, scipy and scikit-learn (sarl.structure.reward)
     from sarl.structure.reward import embedder_problem
 
     problem = embedder_problem(instantiate(embedder))

@@ -22,6 +22,7 @@ import json
 import random
 import re
 
+from baselines.structured_prompt import randomized_prompt, tags_of_prompt
 from sarl.data.writers import write_jsonl
 from sarl.smoke import DATA_DIR
 
@@ -147,8 +148,6 @@ def think_steps(completion: str) -> tuple[list[str], str]:
 
 def tagged_trace(row: dict, key: str, seed: int = 0) -> dict:
     """`row` (a `trace`) under the tagged-step prompt with its own tag set, each step opened by a tag of that set."""
-    from baselines.structured_prompt import randomized_prompt, tags_of_prompt
-
     question = row["prompt"][0]["content"]
     prompt = randomized_prompt(question, seed=seed, key=key)
     allowed = set(tags_of_prompt(prompt))

@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from sarl.structure.graph import reasoning_map
+from sarl.structure.interface import RolloutBatch
 
 
 def plot_reasoning_map(
@@ -73,8 +74,6 @@ def view_response(
     """The reasoning-map viewer for one response: score it with `reward` (a StructureReward), draw its map to
     `path` (PNG) and return (path, analysis). The title defaults to its SR, C, L and step count. A response whose
     reward could not be computed raises ValueError with the reason; one without steps draws an empty map."""
-    from sarl.structure.interface import RolloutBatch
-
     analysis = reward.analyze(RolloutBatch(prompts=[prompt], responses=[response]))[0]
     if analysis.output.failed:
         raise ValueError(f"the structure reward of this response could not be computed: {analysis.output.failed}")

@@ -33,10 +33,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl import distributed
 from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
+from sarl.backends.trl.policy import build_policy
+from sarl.backends.trl.rewards import TRLReward
+from sarl.backends.trl.sft import sft_args, sft_dataset
 from sarl.reports.figures import METRICS_FILE
+from sarl.reports.heldout import HeldOut, table
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
+from sarl.runtime.runs import wandb_init
 from sarl.runtime.weights import WEIGHT_FILES, trained_state, weights_problem
+from sarl.structure.interface import RewardsFailedError, build_reward
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -92,7 +98,6 @@ def policy_path(cfg: DictConfig) -> Path | str:
     build = cfg.model.get("build")
     if not build:
         raise ValueError("model.path is null and model.build is not set: nothing to train")
-    from sarl.backends.trl.policy import build_policy
 
     spec = OmegaConf.to_container(build, resolve=True)
     cache_dir = spec.pop("cache_dir")
@@ -230,8 +235,6 @@ def dpo_args(cfg: DictConfig, run_dir: Path):
 
 def trainer_args(cfg: DictConfig, run_dir: Path):
     if cfg.algorithm.name == "sft":
-        from sarl.backends.trl.sft import sft_args
-
         return sft_args(cfg, run_dir)
     return grpo_args(cfg, run_dir) if cfg.algorithm.name == "grpo" else dpo_args(cfg, run_dir)
 
@@ -313,7 +316,7 @@ def last_checkpoint(run_dir: Path) -> Path | None:
 
 def failed_rewards_before(metrics_path: Path, last_step: int) -> int:
     """The failed rewards logged in `metrics.jsonl` up to `last_step` (the resumed run's earlier total)."""
-    from sarl.backends.trl.metrics import read_metrics
+    from sarl.backends.trl.metrics import read_metrics  # deferred: imports torch and transformers
 
     return int(
         round(sum(r.get("reward/failed") or 0.0 for r in read_metrics(metrics_path) if r.get("step", 0) <= last_step))
@@ -323,7 +326,6 @@ def failed_rewards_before(metrics_path: Path, last_step: int) -> int:
 def _wandb_run(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
     if "wandb" not in cfg.logger.backends:
         return None
-    from sarl.runtime.runs import wandb_init
 
     return wandb_init(cfg, meta, run_dir, env)
 
@@ -347,8 +349,8 @@ def _heldout(cfg: DictConfig, run_dir: Path, reward_node: dict, model: Any, toke
     (sarl.backends.trl.live.frozen_copy)."""
     from hydra.utils import instantiate
 
+    # deferred (both): import numba and scipy (sarl.structure's kernels)
     from sarl.backends.trl.live import frozen_copy
-    from sarl.reports.heldout import HeldOut
     from sarl.structure.embed.hidden import asks_for_live_policy
 
     node = reward_node.get("embedder") or OmegaConf.to_container(cfg.embedding, resolve=True)
@@ -366,8 +368,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # deferred: imports torch and transformers
     from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
-    from sarl.structure.interface import RewardsFailedError
 
     if cfg.backend.torch_threads:
         torch.set_num_threads(int(cfg.backend.torch_threads))
@@ -390,6 +392,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)
     live = None  # embedding=policy_hidden: the reward embeds with the policy being trained (sarl.backends.trl.live)
     if cfg.algorithm.name == "grpo":
+        # deferred: imports numba and scipy (sarl.structure's kernels)
         from sarl.backends.trl.live import live_policy_embedding
 
         live = live_policy_embedding(reward_node, model, tokenizer)
@@ -402,9 +405,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     recorder = MetricsRecorder(metrics_path, wandb_run)
     try:
         if cfg.algorithm.name == "grpo":
-            from sarl.backends.trl.rewards import TRLReward
-            from sarl.backends.trl.trainer import SarlGRPOTrainer
-            from sarl.structure.interface import build_reward
+            from sarl.backends.trl.trainer import SarlGRPOTrainer  # deferred: imports trl and torch
 
             shared = {"embedder": embedder} if embedder is not None and reward_node.get("embedder") else {}
             if live is not None:
@@ -437,8 +438,6 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
                 live.follow(trainer)
         elif cfg.algorithm.name == "sft":
             from trl import SFTTrainer
-
-            from sarl.backends.trl.sft import sft_dataset
 
             trainer = SFTTrainer(
                 model=model,
@@ -498,8 +497,6 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     if cfg.algorithm.name == "grpo":
         summary["failed_rewards"] = reward.failed_total
     if heldout_block is not None:
-        from sarl.reports.heldout import table
-
         summary["heldout"] = heldout_block
         console.print(table(heldout_block))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -20,8 +20,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sarl.backends.trl.common import common_args
 from sarl.data.sft import sft_max_length, sft_rows
 from sarl.runtime.errors import UserError
+from sarl.runtime.files import resolve_path
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -30,8 +32,6 @@ def sft_dataset(cfg: DictConfig, tokenizer: Any):
     """The SFT traces as a `datasets.Dataset`; a trace longer than the max length stops the run
     (`algorithm.truncation: error`) or is cut at its end by TRL (`right`), counted either way."""
     from datasets import Dataset
-
-    from sarl.runtime.files import resolve_path
 
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
@@ -73,8 +73,6 @@ def sft_batch_plan(train: DictConfig, n_processes: int = 1) -> dict[str, int]:
 
 def sft_args(cfg: DictConfig, run_dir: Path):
     from trl import SFTConfig
-
-    from sarl.backends.trl.common import common_args
 
     return SFTConfig(
         **common_args(cfg, run_dir),

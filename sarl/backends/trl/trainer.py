@@ -20,6 +20,9 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from baselines.structured_prompt import draw_key, redraw_tags
+from sarl.structure.interface import USER_PROMPT_KEY
+
 MIN_USABLE_PER_GROUP = 2  # a group advantage needs a baseline: the response and at least one sibling
 
 
@@ -36,9 +39,6 @@ class SarlGRPOTrainer(GRPOTrainer):
         epoch) when it is sampled; the copies of one prompt (its group) share the key, hence the prompt; the
         reward's `user_prompt` follows."""
         import json
-
-        from baselines.structured_prompt import draw_key, redraw_tags
-        from sarl.structure.interface import USER_PROMPT_KEY
 
         epoch = int(self.state.epoch or 0)
         out = []

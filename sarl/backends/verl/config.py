@@ -19,8 +19,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from sarl.backends.verl import cpu
 from sarl.backends.verl.attention import PATCH_MODULE as ATTENTION_PATCH
 from sarl.backends.verl.attention import resolve_attn_implementation
+from sarl.backends.verl.reward import is_group_reward
 from sarl.reports.figures import METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -134,8 +136,6 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
     values["trainer.logger"] = with_file_logger(cfg.logger.backends)
     if b.get("cpu", False):  # backend=verl_cpu (sarl/backends/verl/cpu)
-        from sarl.backends.verl import cpu
-
         values.update(cpu.verl_values(cfg))
     values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
     return values
@@ -157,8 +157,6 @@ def process_env(cfg: DictConfig, run_dir: str | Path) -> dict[str, str]:
     modules = [PATCH_MODULE]
     env = {"VERL_FILE_LOGGER_PATH": str(Path(run_dir) / METRICS_FILE)}
     if cfg.backend.get("cpu", False):
-        from sarl.backends.verl import cpu
-
         modules.append(cpu.PLUGIN_MODULE)
         env.update(cpu.process_env(Path(run_dir)))
     return {"VERL_USE_EXTERNAL_MODULES": ",".join(modules), **env}
@@ -228,8 +226,6 @@ def build_verl_config(
     `reward.custom_reward_function.reward_kwargs.reward`. `env_vars` (the W&B settings) go into Ray's
     runtime_env, so verl's trainer actor and workers get them on every node, whatever environment the
     Ray daemons were started with (verl's `run_ppo` merges it into its own runtime_env), with `process_env`'s."""
-    from sarl.backends.verl.reward import is_group_reward
-
     group_reward = is_group_reward(reward_cfg)
     if group_reward:
         _check_votes(reward_cfg, cfg.train)
@@ -258,8 +254,6 @@ def build_verl_config(
     with read_write(runtime_env), open_dict(runtime_env):
         runtime_env.env_vars = dict(env_vars)
     if cfg.backend.get("cpu", False):
-        from sarl.backends.verl import cpu
-
         cpu.with_cpu_settings(base)
     return base
 
@@ -353,8 +347,6 @@ def reward_cores_problem(cfg: DictConfig, reward_cfg: dict, cores: int | None = 
     `backend.reward_num_workers` reward workers, or the trainer for a group reward, runs the reward's kernels on
     `reward.threads` threads: sarl/structure/threads.py), else None. `cores`: this process's CPUs (the allocation's,
     under SLURM)."""
-    from sarl.backends.verl.reward import is_group_reward
-
     cores = cores or len(os.sched_getaffinity(0))
     threads = int(reward_cfg.get("threads") or 1)
     workers = 1 if is_group_reward(reward_cfg) else max(1, int(cfg.backend.reward_num_workers))

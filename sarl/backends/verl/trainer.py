@@ -47,6 +47,7 @@ from verl.trainer import main_ppo
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.utils import tensordict_utils as tu
 
+from baselines.structured_prompt import draw_key, redraw_tags, tags_of_prompt
 from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import is_group_reward, reward_from_config
@@ -270,8 +271,6 @@ class SarlTrainer(PPOTrainerSync):
         row id, epoch) before generation (`raw_prompt`, what the agent loop renders), and `extra_info.user_prompt`
         (what the rewards read) with it; the step logs how many were drawn and how many came out changed
         (`data/tag_sets_drawn`, `data/tag_sets_changed`)."""
-        from baselines.structured_prompt import draw_key, redraw_tags, tags_of_prompt
-
         epoch = max(0, (int(self.global_steps) - 1) // max(1, int(getattr(self, "steps_per_epoch", 0) or 1)))
         prompts, infos = column(batch, "raw_prompt"), column(batch, "extra_info")
         new_prompts, new_infos, changed = [], [], 0

@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
+from baselines.grp import parse_graph
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import full_trace
@@ -56,8 +57,6 @@ def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:
         if reply.finish_reason == "length":
             issues = [("truncated", "the translation was cut off by the length limit; write it more concisely")]
         else:
-            from baselines.grp import parse_graph
-
             issues = graph_issues(parse_graph(candidate), problem.golds, r["task"], ctx.grader)
         stage = "check"
         if not issues and t["llm_verify"]:

@@ -13,6 +13,9 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from eval.grading.extract import extract_answer
+from eval.grading.gold import gold_answers
+from sarl.data.sources import DataSourceError, load_local_file
 from sarl.data.synthesize.config import PROMPTS_DIR, SYNTH_DIR
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
@@ -106,10 +109,6 @@ def _trace_text(value: Any) -> str | None:
 def load_problems(cfg: DictConfig) -> tuple[list[Problem], dict[str, Any], Counter]:
     """The problems of `source` (the recipe's paper data when null), the source record for the manifest and
     the rows skipped, by reason."""
-    from eval.grading.extract import extract_answer
-    from eval.grading.gold import gold_answers
-    from sarl.data.sources import DataSourceError, load_local_file
-
     sources = OmegaConf.to_container(OmegaConf.load(SYNTH_DIR / "sources.yaml"), resolve=True)
     name = cfg.source or cfg.recipe.source
     if name not in sources:

@@ -20,12 +20,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from eval.grading.grader import default_grader
+from eval.openai_client import run_concurrently
+from sarl.data.sources import sha256_file
 from sarl.data.synthesize.config import PROMPT_ROLES, check_recipe
 from sarl.data.synthesize.context import Context
 from sarl.data.synthesize.grp import grp_examples, synthesize_grp
 from sarl.data.synthesize.inputs import Problem, Prompt, load_problems, load_prompt
 from sarl.data.synthesize.structured import select_structured, synthesize_structured
 from sarl.data.synthesize.teacher import Teacher, check_teacher, teacher_endpoint
+from sarl.data.writers import write_json, write_jsonl, write_parquet
 from sarl.runtime.errors import EXIT_INCOMPLETE, UserError, check_output_file, check_writable_dir
 
 log = logging.getLogger("sarl.data.synthesize")
@@ -95,11 +99,6 @@ def sft_rows(examples: Sequence[dict[str, str]], recipe: str, data_source: str) 
 def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
     """Runs the recipe; returns the manifest and the exit code (0, or EXIT_INCOMPLETE when some problems
     failed for good: a rerun resumes them)."""
-    from eval.grading.grader import default_grader
-    from eval.openai_client import run_concurrently
-    from sarl.data.sources import sha256_file
-    from sarl.data.writers import write_json, write_jsonl, write_parquet
-
     recipe = OmegaConf.to_container(cfg.recipe, resolve=True)
     check_recipe(recipe)
     t = cfg.teacher

@@ -11,6 +11,8 @@ import random
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
+from baselines.structured_prompt import TAGS, parse_structured, structured_prompt
+from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import Reply, full_trace
@@ -49,9 +51,6 @@ def synthesize_structured(problem: Problem, ctx: Context) -> dict[str, Any]:
     """Structured Reasoning App. E.1 for one question: `samples_per_problem` answers with randomised tag
     orderings, each checked for correctness (`eval.grading`) and format (the tag checker); the selection
     across problems happens in `select_structured`."""
-    from baselines.structured_prompt import TAGS, parse_structured
-    from eval.grading.extract import extract_answer
-
     r, tally = ctx.recipe, Tally()
     tally.stages["problems"] += 1
     samples: list[dict[str, Any]] = []
@@ -112,8 +111,6 @@ def select_structured(
     with the lowest correctness rate, then the richest tag usage (distinct tags, then tagged steps), ties by
     id; each contributes its richest sample, with the structured prompt I of Eq. 2 (all 23 tags in the
     paper's order) as the student's prompt."""
-    from baselines.structured_prompt import structured_prompt
-
     ranked = []
     for res in results:
         valid = [s for s in res["samples"] if s.get("completion")]

@@ -12,7 +12,9 @@ from typing import Any, Iterator, Mapping
 
 from omegaconf import DictConfig
 
+from eval.openai_client import ChatClient, api_base, api_key_from_env
 from sarl.runtime.errors import UserError
+from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
 
 
 @dataclass
@@ -27,8 +29,6 @@ class Teacher:
     project's HTTP client: a total deadline per attempt, retries)."""
 
     def __init__(self, url: str, model: str, t: Mapping[str, Any]) -> None:
-        from eval.openai_client import ChatClient, api_key_from_env
-
         self.model = model
         self.extra_body = dict(t.get("extra_body") or {})
         self.client = ChatClient(
@@ -70,8 +70,6 @@ def check_teacher(url: str, model: str, timeout_s: float = 10.0, key: str = "tea
     Returns the served names (None when the server does not list them)."""
     import httpx
 
-    from eval.openai_client import api_base
-
     try:
         base = api_base(url)
     except ValueError as err:
@@ -101,7 +99,6 @@ def teacher_endpoint(cfg: DictConfig, out_dir: Path) -> Iterator[str]:
     if t.url != "auto":
         yield str(t.url)
         return
-    from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
 
     s = t.server
     server = VLLMServer(

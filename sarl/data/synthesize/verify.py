@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from baselines.grp import _gradable, reasoning_graph
+from baselines.structured_prompt import format_score, parse_structured
+from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import Reply, full_trace
@@ -20,9 +23,6 @@ def graph_issues(parse: Any, golds: Sequence[str], task: str, grader: Any) -> li
     one label are parallel), parents that are no node, cycles, and the answer: present, and for math equal to
     the gold (`eval.grading`). Empty when the graph passes."""
     import networkx as nx
-
-    from baselines.grp import _gradable, reasoning_graph
-    from eval.grading.extract import extract_answer
 
     if parse.error is not None:
         return [("format", parse.error)]
@@ -96,9 +96,6 @@ def parse_verdict(text: str) -> dict[str, Any] | None:
 def structured_issues(text: str) -> list[tuple[str, str]]:
     """Why a response fails the tag checker (`baselines.structured_prompt`: `format_score` 1 and no unknown
     tag): [(reason, message)], empty when it passes."""
-    from baselines.structured_prompt import format_score, parse_structured
-    from eval.grading.extract import extract_answer
-
     p = parse_structured(text, "tags")
     if format_score(p) == 1.0 and p.unknown_tags == 0:
         return []
@@ -118,8 +115,6 @@ def structured_issues(text: str) -> list[tuple[str, str]]:
 
 def trace_rejection(ctx: Context, problem: Problem, reply: Reply) -> str | None:
     """None when the reply is a usable, correct trace; else the rejection reason."""
-    from eval.grading.extract import extract_answer
-
     if reply.finish_reason == "length":
         return "truncated"
     trace = full_trace(reply)

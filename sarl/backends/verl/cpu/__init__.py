@@ -200,6 +200,7 @@ def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
     train (every prompt) and val (the first `SMOKE_VAL_PROMPTS` held-out ones), with the group's prompt style."""
     import pandas as pd
 
+    # deferred (both): a package's __init__ imports nothing of the project at module level (no re-exports)
     from sarl.data.build import math_prompt, record
     from sarl.runtime.files import read_jsonl, resolve_path
 

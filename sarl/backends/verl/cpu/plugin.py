@@ -7,14 +7,13 @@ GPU run."""
 from verl.workers.rollout import base, replica
 
 from sarl.backends.verl.cpu import platform
+from sarl.backends.verl.cpu.rollout import HFReplica
 
 ROLLOUT = "hf"
 ROLLOUT_MODULE = "sarl.backends.verl.cpu.rollout"
 
 
 def _replica() -> type:
-    from sarl.backends.verl.cpu.rollout import HFReplica
-
     return HFReplica
 
 
