@@ -7,8 +7,9 @@ One table, one row per check, each ✓ or ✗ with what to do; exit code 0 only 
 (1 if one fails, 2 for a config that does not compose). The same overrides as `python -m sarl.train`.
 `sarl.train` runs the cheap ones itself before it launches: for verl `run_cheap_checks` (data, run directory and
 disk, memory plan, embedding-server budget, code sandbox), for TRL `run_trl_cheap_checks`
-(sarl/backends/trl/preflight.py: the GPUs its processes need, the DPO memory plan of sarl/backends/trl/memory.py);
-a failure stops it with one line and exit code 2.
+(sarl/backends/trl/preflight.py: the GPUs its processes need, the DPO memory plan of sarl/backends/trl/memory.py),
+for verl's SFT trainer its memory plan (`sft_memory_plan`); a failure stops it with one line and exit code 2. A
+pipeline row's preflight also plans each SFT stage (`STAGE:key=value` overrides apply to that stage).
 
 Each check lives beside what it checks: the node's in sarl/runtime/node_checks.py, the models' and the embedding
 server's in sarl/serving/checks.py, the data's in sarl/data/checks.py, each back end's in its preflight module,
@@ -33,6 +34,7 @@ from sarl.backends.trl.preflight import trl_preflight
 from sarl.backends.verl import preflight as verl_preflight
 from sarl.data.checks import check_data
 from sarl.launch.compose import compose_user_config
+from sarl.launch.pipeline import split_stage_overrides, stages_of
 from sarl.runtime.checks import Check, raise_failed
 from sarl.runtime.errors import report_user_errors
 from sarl.runtime.hub import offline_if_unreachable
@@ -72,15 +74,55 @@ def run_cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path) -> No
     raise_failed(cheap_checks(cfg, verl_cfg, run_dir, reward_cfg))
 
 
-def preflight(cfg: DictConfig, choices: dict[str, Any]) -> list[Check]:
-    """Every check for the composed config of a verl row."""
-    from sarl.backends.verl.attention import check_attention  # both import verl (~9 s): not for a TRL row
+def sft_checks(cfg: DictConfig, run_dir: Path, experiment: str, stage: str = "", allow_download: bool = True):
+    """The memory plan of a verl SFT run (`algorithm=sft`: a row, or the stage `stage` of a pipeline)."""
+    from sarl.backends.verl.sft import build_verl_sft_config  # deferred: imports verl (~9 s)
+
+    try:
+        sft_cfg = build_verl_sft_config(cfg, str(run_dir), experiment)
+    except Exception as err:
+        return [Check("verl SFT config", False, f"{experiment}: {err}", "fix the override named above")]
+    return verl_preflight.check_sft_memory_plan(cfg, sft_cfg, stage, allow_download)
+
+
+def sft_stage_checks(
+    cfg: DictConfig, overrides: list[str], run_dir: Path, experiment: str, allow_download: bool = True
+) -> list[Check]:
+    """The SFT stages of a pipeline row on verl, each composed as sarl.launch.pipeline composes it (the command
+    line's overrides, the stage's own, then `STAGE:` ones), with their memory plans."""
+    if not cfg.get("pipeline"):
+        return []
+    common, per_stage = split_stage_overrides(overrides)
+    user = [o for o in common if not o.startswith(("run_dir=", "pipeline="))]
+    out = []
+    for stage in stages_of(cfg):
+        name = stage["name"]
+        own = per_stage.get(name, [])
+        stage_cfg, _ = compose_user_config([*user, *stage["overrides"], *own, "pipeline=null"], named=[*user, *own])
+        if stage_cfg.backend.name == "verl" and stage_cfg.algorithm.name == "sft":
+            out += sft_checks(stage_cfg, run_dir / name, f"{experiment}/{name}", name, allow_download)
+    return out
+
+
+def preflight(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | None = None) -> list[Check]:
+    """Every check for the composed config of a verl row (`overrides`: its command line, which composes the SFT
+    stages of a pipeline row)."""
+    # deferred (both): import verl (~9 s), not for a TRL row
+    from sarl.backends.verl.attention import check_attention
     from sarl.backends.verl.config import build_verl_config
 
     experiment = experiment_name(choices)
     run_dir = resolve_run_dir(cfg, experiment)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     checks = [check_gpus(cfg), *verl_preflight.check_stack(), check_attention(str(cfg.backend.attn_implementation))]
+    stages = sft_stage_checks(cfg, overrides or [], run_dir, experiment)
+    if cfg.algorithm.name == "sft":  # verl's SFT trainer: no rollout, no reward
+        return [
+            *checks,
+            check_model_files(cfg, {}),
+            *(stages if cfg.get("pipeline") else sft_checks(cfg, run_dir, experiment)),
+        ]
+    checks += stages
     try:
         check_reward_endpoints(cfg, reward_cfg)
         verl_cfg = build_verl_config(cfg, copy.deepcopy(reward_cfg), str(run_dir), experiment)
@@ -120,8 +162,9 @@ def print_table(checks: list[Check], title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
     offline_if_unreachable()  # a Hub that cannot be reached: the model checks read the local cache, no retries
-    cfg, choices = compose_user_config(list(sys.argv[1:] if argv is None else argv))
-    checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices)
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg, choices = compose_user_config(split_stage_overrides(args)[0])  # `STAGE:key=value`: that stage's only
+    checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices, args)
     print_table(checks, f"preflight: {experiment_name(choices)}")
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (": fix the ✗ rows first" if failed else ""))

@@ -65,14 +65,19 @@ def planned_gpu(device: str | None) -> int | None:
 
 
 def eager_pass_bytes(config: dict[str, Any], tokens: int, dtype_bytes: int) -> int:
-    """GPU memory of one `StepAttention` pass over `tokens` tokens beyond the weights (an estimate). Eager
-    attention builds every layer's H x T x T weights, and at its peak holds three copies: the masked scores
-    (model dtype), their float32 softmax and its cast back (transformers' `eager_attention_forward`:
-    `softmax(..., dtype=torch.float32).to(query.dtype)`); the hook's float32 copy (`step_attention`) comes
-    after the first two are freed. Plus the causal mask (T x T) and the hidden states and MLP activations."""
+    """GPU memory of one `StepAttention` pass over `tokens` tokens beyond the weights (an estimate). The pass
+    asks for no attention outputs (`output_attentions=False`), so transformers' output capture keeps no layer's
+    weights (utils/output_capturing.py: it records them only when asked, by the call or the config) and each layer's
+    H x T x T weights are freed before the next layer: one layer at a time, whichever layers are hooked. That
+    layer, at its peak, holds three copies: the masked scores (model dtype), their float32 softmax and its cast
+    back (transformers' `eager_attention_forward`: `softmax(..., dtype=torch.float32).to(query.dtype)` while the
+    scores are still referenced); the hook's float32 copy (`step_attention`) comes after the first two are freed
+    (6 bytes an element, below the 8 of the softmax). Plus the causal mask (T x T), and per token the residual
+    stream, the normed input, the attention output and the next residual (4 h) and the MLP's peak (3 i: the
+    activated gate, the up projection and their product, under no_grad)."""
     attention = config["num_attention_heads"] * tokens**2 * (2 * dtype_bytes + 4)
     mask = tokens**2 * dtype_bytes
-    activations = tokens * (4 * config["hidden_size"] + 2 * config["intermediate_size"]) * dtype_bytes
+    activations = tokens * (4 * config["hidden_size"] + 3 * config["intermediate_size"]) * dtype_bytes
     return attention + mask + activations
 
 
@@ -198,7 +203,8 @@ class StepAttention:
         self.model.eval()
         try:
             with torch.no_grad():
-                self.model(input_ids=torch.tensor([ids], device=device), use_cache=False)
+                # no attention outputs: every layer's weights freed at once (eager_pass_bytes)
+                self.model(input_ids=torch.tensor([ids], device=device), use_cache=False, output_attentions=False)
         finally:
             self.model.train(was_training)
             for h in handles:

@@ -230,6 +230,23 @@ def test_attention_pass_equals_eq3_on_the_models_own_attention_weights(tiny_qwen
     np.testing.assert_allclose(last, step_attention(attentions[1][0], spans), atol=1e-6)
 
 
+def test_attention_pass_keeps_no_layers_weights_even_where_the_config_asks(tiny_qwen3):
+    """The pass asks for no attention outputs, so a checkpoint whose config sets `output_attentions` does not make
+    transformers keep every layer's H x T x T weights to the end (the memory plan counts one layer's:
+    eager_pass_bytes)."""
+    _, model, tok = tiny_qwen3
+    outputs = []
+    handle = model.register_forward_hook(lambda module, args, output: outputs.append(output))
+    model.config.output_attentions = True
+    try:
+        sa = StepAttention(model, tok, layers=[0], device="cpu")
+        sa("q\n" + RESPONSE, node_starts("q\n", RESPONSE))
+    finally:
+        model.config.output_attentions = False
+        handle.remove()
+    assert len(outputs) == 1 and outputs[0].attentions is None
+
+
 def test_attention_pass_loads_a_checkpoint_path_and_checks_its_arguments(tiny_qwen3):
     path, model, tok = tiny_qwen3
     from_path = StepAttention(path, layers=[0, 1], device="cpu")

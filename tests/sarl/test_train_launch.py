@@ -200,7 +200,7 @@ def test_a_real_run_stops_before_launch_on_an_overfull_gpu(tmp_path, caplog):
         ]
     )
     assert rc == 2
-    assert "memory plan" in caplog.text and "backend.rollout_gpu_memory_utilization=0.7" in caplog.text
+    assert "memory plan" in caplog.text and "backend.rollout_gpu_memory_utilization=0.65 (now 0.85)" in caplog.text
     assert not (tmp_path / "runs").exists()
 
 

@@ -30,7 +30,8 @@ Every term, with where it comes from (trl 1.16.0, accelerate 1.15.0, transformer
 - LM head backward: TRL's fused head never builds the (tokens x vocabulary) logits (trl trainer/utils.py:1548,
   chunks of 32,768 tokens) but accumulates the head's weight gradient in float32 (trl kernels/
   chunked_logprob.py:410): vocabulary x hidden x 4 bytes.
-- one CUDA context per process (sarl.runtime.memory.CONTEXT_GIB).
+- one CUDA context per process (sarl.runtime.memory.CONTEXT_GIB), and under FSDP one NCCL communicator per process
+  (policy and reference are sharded over the same group; sarl.runtime.memory.nccl_gib: 1.11 GiB on 8 GPUs).
 
 Phases of one micro-batch, in TRL's order (dpo_trainer.py:1299, :1338, then the backward):
 - policy forward: the training state, the stored activations, the gathered units, autocast's cache;
@@ -48,7 +49,7 @@ from omegaconf import DictConfig
 
 from sarl.backends.trl.distributed import processes
 from sarl.runtime.checks import Check
-from sarl.runtime.memory import CONTEXT_GIB, GIB, Item, MemoryPlan, Phase, parameter_count
+from sarl.runtime.memory import CONTEXT_GIB, GIB, Item, MemoryPlan, Phase, nccl_item, parameter_count
 from sarl.runtime.models import find_model_config
 
 MAX_GPUS = 8  # the GPUs of one node (TRL runs on one node)
@@ -139,11 +140,12 @@ def dpo_memory_plan(sizes: Sizes, s: Setting, gpu_gib: float) -> MemoryPlan:
         ]
     cache = [Item("autocast weight cache", gib(2 * n), "bf16 copy of the policy")] if (s.bf16 and w == 1) else []
     context = Item("CUDA context", CONTEXT_GIB, "one process", processes=1)
+    nccl = [nccl_item(1, w)] if w > 1 else []
     reference = [Item("reference gathered", gib(c * n), "TRL shards it as one FSDP unit")] if w > 1 else []
     return MemoryPlan(
         gpu_gib=gpu_gib,
         phases=[
-            Phase("policy forward", [*state, activations, *gathered, *cache, context]),
+            Phase("policy forward", [*state, activations, *gathered, *cache, context, *nccl]),
             Phase(
                 "reference forward",
                 [
@@ -153,6 +155,7 @@ def dpo_memory_plan(sizes: Sizes, s: Setting, gpu_gib: float) -> MemoryPlan:
                     *reference,
                     Item("reference layer", layer, "its working set"),
                     context,
+                    *nccl,
                 ],
             ),
             Phase(
@@ -164,6 +167,7 @@ def dpo_memory_plan(sizes: Sizes, s: Setting, gpu_gib: float) -> MemoryPlan:
                     Item("layer backward", (2 if s.checkpointing else 1) * layer, "working set and its gradients"),
                     Item("LM head gradient", gib(sizes.head * 4), "float32 (TRL's fused head)"),
                     context,
+                    *nccl,
                 ],
             ),
         ],

@@ -27,9 +27,23 @@ Phases, in the order of one step:
 - reference (a KL term): the reference's forward pass, logits of one of its micro-batches;
 - update: the parameter, gradient and optimizer shards of the actor (and critic), the actor's logits.
 Activations are not estimated (bounded by `use_dynamic_bsz`'s token budget per GPU and gradient
-checkpointing with activation offload).
+checkpointing with activation offload). Every phase also holds the NCCL communicator of each trained model's
+worker process in a multi-GPU run (`sarl.runtime.memory.nccl_gib`: 1.11 GiB on 8 GPUs; vLLM's own tensor-parallel
+communicator is inside its share, below).
 
-A plan above `LIMIT` of the GPU fails the preflight and `sarl.train`.
+vLLM's CUDA graphs (vllm 0.24.0, the version verl 0.9.1 pins, file:line): inside `gpu_memory_utilization` while it
+generates, on top of the plan while it sleeps.
+- Inside: the engine requests `total x gpu_memory_utilization` (v1/worker/utils.py:410-412), taken at start-up after
+  its NCCL is initialised (v1/worker/gpu_worker.py:336-342), profiles the CUDA-graph memory by a dummy capture
+  (:447-453, gpu_model_runner.py:6447-6593, logged "Estimated CUDA graph memory: X GiB total") and subtracts it from
+  the KV cache within that request (:467-471, :489-493) unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (default 1
+  since v0.21.0: envs.py:1891-1896; neither verl nor this project sets it). So its share bounds the generation phase.
+- On top while asleep: sleep mode releases only what was allocated in the sleep allocator's pools, the weights
+  (:379) and the KV cache (:605); the graphs are captured outside them (:657-658), so their pool stays on the GPU
+  in the log-prob, reference and update phases. Counted there as `VLLM_CUDA_GRAPH_GIB` unless
+  `rollout.enforce_eager` (no capture, :657).
+
+A plan above `LIMIT` (90%) of the GPU fails the preflight and `sarl.train`.
 
 The embedding server's own budget is checked the way vLLM checks it at start-up: its weights, a
 working-set estimate and the KV cache of one request of `max_model_len` tokens must fit in
@@ -42,9 +56,24 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sarl.runtime.memory import CONTEXT_GIB, GIB, LIMIT, Item, MemoryPlan, Phase, dtype_bytes, parameter_count
+from sarl.runtime.memory import (
+    CONTEXT_GIB,
+    GIB,
+    LIMIT,
+    Item,
+    MemoryPlan,
+    Phase,
+    dtype_bytes,
+    nccl_item,
+    parameter_count,
+)
 
 LOGIT_BYTES = 4  # float32: see logits_gib
+# vLLM's CUDA graph pool at verl's default capture sizes, kept while it sleeps (module docstring). vLLM measures it at
+# start-up only; its own estimate for Qwen3-8B at the default sizes (51 piecewise graphs up to 512 tokens, 35 full up
+# to 256) is 0.52 GiB (its log, LMCache issue #3430), and that estimate undercounts (vLLM PR #51590): twice it, for
+# the dense models of up to 8B the rows train.
+VLLM_CUDA_GRAPH_GIB = 1.0
 
 
 # -- model configs -------------------------------------------------------------------------------
@@ -232,9 +261,19 @@ def gpu_memory_plan(
 
     processes += sum(i.processes for i in shared)
     contexts = Item("CUDA contexts", CONTEXT_GIB * processes, f"{processes} processes x {CONTEXT_GIB} GiB")
+    # one communicator per trained model's worker process (FSDP's collectives), on every GPU of the run
+    nccl = nccl_item(len(trained), int(verl_cfg.trainer.n_gpus_per_node), int(verl_cfg.trainer.nnodes))
+    always = [contexts, nccl]  # every phase
     idle = [i for t in trained for i in t.resident()]
     vllm = Item("vLLM rollout", float(arr.rollout.gpu_memory_utilization) * gpu_gib, "rollout.gpu_memory_utilization")
-    phases.append(Phase("generation", [vllm, *idle, *ref_items, *shared, contexts]))
+    phases.append(Phase("generation", [vllm, *idle, *ref_items, *shared, *always]))
+    eager = bool(arr.rollout.enforce_eager)
+    graphs = Item(
+        "vLLM CUDA graphs",
+        0.0 if eager else VLLM_CUDA_GRAPH_GIB,
+        "enforce_eager: none captured" if eager else "its graph pool, kept while it sleeps (estimate)",
+    )
+    asleep = [graphs, *always]  # the phases with vLLM asleep
     dynamic = bool(arr.actor.use_dynamic_bsz)  # rollout.log_prob_use_dynamic_bsz must equal it (engine_workers.py:616)
     rollout = arr.rollout
     phases.append(
@@ -248,7 +287,7 @@ def gpu_memory_plan(
                     "actor", dynamic, rollout.log_prob_max_token_len_per_gpu, rollout.log_prob_micro_batch_size_per_gpu
                 ),
                 *shared,
-                contexts,
+                *asleep,
             ],
         )
     )
@@ -260,10 +299,10 @@ def gpu_memory_plan(
             r.log_prob_max_token_len_per_gpu,
             r.log_prob_micro_batch_size_per_gpu,
         )
-        phases.append(Phase("reference", [*idle, *ref_items, ref_logits, *shared, contexts]))
+        phases.append(Phase("reference", [*idle, *ref_items, ref_logits, *shared, *asleep]))
     update = [i for t in trained for i in t.resident(training=True)]
     actor_logits = logits("actor", dynamic, arr.actor.ppo_max_token_len_per_gpu, arr.actor.ppo_micro_batch_size_per_gpu)
-    phases.append(Phase("update", [*update, *ref_items, actor_logits, *shared, contexts]))
+    phases.append(Phase("update", [*update, *ref_items, actor_logits, *shared, *asleep]))
     return MemoryPlan(gpu_gib=gpu_gib, phases=phases)
 
 
@@ -273,3 +312,30 @@ def rollout_utilization_that_fits(plan: MemoryPlan, current: float) -> float:
     gen = plan.phase("generation")
     room = LIMIT * plan.gpu_gib - (gen.gib - current * plan.gpu_gib)
     return math.floor(100 * room / plan.gpu_gib) / 100
+
+
+# -- the SFT stage -------------------------------------------------------------------------------
+
+
+def sft_memory_plan(sft_cfg: Any, policy_config: dict[str, Any], gpu_gib: float) -> MemoryPlan:
+    """The plan of one GPU of verl's SFT trainer (`verl.trainer.sft_trainer`, one torchrun process per GPU, FSDP
+    engine) from its composed `sft_trainer_engine` config and the policy's config.json: no rollout, no reference.
+    One phase, the update: the model's parameter, gradient and Adam shards in the engine's `model_dtype` (fp32 in
+    verl's engine/fsdp.yaml) over all GPUs, moved to the host as the engine's offload settings say (as for the RL
+    actor: `_Trained`); the float32 logits of one micro-batch (the engine's forward, as `logits_gib`): packed up to
+    `data.max_token_len_per_gpu` tokens with `use_dynamic_bsz`, else `micro_batch_size_per_gpu` sequences of
+    `data.max_length`; one CUDA context; one NCCL communicator on several GPUs. Activations are not estimated (gradient
+    checkpointing: `model.enable_gradient_checkpointing`)."""
+    t, d = sft_cfg.trainer, sft_cfg.data
+    gpus, nodes = int(t.n_gpus_per_node), int(t.nnodes)
+    vocab = int(policy_config["vocab_size"])
+    model = _Trained.of("model", parameter_count(policy_config), gpus * nodes, sft_cfg.engine)
+    tokens = micro_batch_tokens(
+        bool(d.use_dynamic_bsz), d.max_token_len_per_gpu, d.micro_batch_size_per_gpu, int(d.max_length)
+    )
+    fused = bool(sft_cfg.model.get("use_fused_kernels", False))
+    note = f"float32, {tokens} tokens x {vocab} vocabulary"
+    logits = Item("logits", 0.0 if fused else logits_gib(tokens, vocab), note)
+    context = Item("CUDA context", CONTEXT_GIB, "one torchrun process", processes=1)
+    update = [*model.resident(training=True), logits, context, nccl_item(1, gpus, nodes)]
+    return MemoryPlan(gpu_gib=gpu_gib, phases=[Phase("update", update)])

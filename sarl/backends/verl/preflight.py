@@ -54,7 +54,7 @@ def check_stack() -> list[Check]:
         ok = v is not None and v.startswith(STACK[pkg])
         fix = "" if ok else f"pip install -e .[gpu] (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)"
         out.append(Check(pkg, ok, f"{pkg} {v}" if v else f"{pkg} not installed", fix))
-    from sarl.backends.verl.attention import check_flash_attn  # imports verl (seconds): only where it is checked
+    from sarl.backends.verl.attention import check_flash_attn  # deferred: imports verl (seconds)
 
     out.append(check_flash_attn(installed_version("flash-attn") or installed_version("flash_attn")))
     return out
@@ -147,6 +147,39 @@ def check_memory_plan(
     if embedding_server_utilization(cfg, reward_cfg) is not None:
         out += _embedding_budget(cfg, gib, allow_download, skip_missing)
     return out
+
+
+def sft_memory_plan_fix(plan: memory.MemoryPlan, stage: str = "") -> str:
+    """What to change when an SFT run's plan does not fit (the overrides of pipeline stage `stage`, if one): fewer
+    tokens per micro-batch where the logits are the largest term, more GPUs to shard over, the optimizer offloaded."""
+    key = f"{stage}:" if stage else ""
+    items = {i.name: i.gib for i in plan.peak.items}
+    fixes = [f"more GPUs to shard over ({key}train.n_gpus_per_node)"]
+    if items.get("logits", 0.0) >= max(items.values()):
+        budget = f"{key}backend.sft_overrides.data.max_token_len_per_gpu"
+        fixes.insert(0, f"a smaller token budget per micro-batch ({budget})")
+    fixes.append(f"offload ({key}backend.sft_overrides.engine.optimizer_offload=true)")
+    return "set " + ", or ".join(fixes)
+
+
+def check_sft_memory_plan(
+    cfg: DictConfig, sft_cfg: DictConfig, stage: str = "", allow_download: bool = False, skip_missing: bool = False
+) -> list[Check]:
+    """The plan of one GPU of an SFT run (verl's SFT trainer config `sft_cfg`; `stage`: its pipeline stage, if one);
+    a model whose config.json cannot be had fails the check, or (skip_missing) gives none."""
+    if cfg.backend.get("cpu", False):
+        return []  # backend=verl_cpu: no GPU to plan
+    gib, source = gpu_gib(cfg)
+    policy = find_model_config(str(cfg.model.path), allow_download)
+    if policy is None:
+        if skip_missing:
+            return []
+        detail = f"config.json of model.path={cfg.model.path} not found"
+        return [Check("SFT memory plan", False, detail, "download the model (hf download) or set model.path")]
+    plan = verl_memory.sft_memory_plan(sft_cfg, policy, gib)
+    gpus = int(sft_cfg.trainer.n_gpus_per_node) * int(sft_cfg.trainer.nnodes)
+    fix = "" if plan.ok else sft_memory_plan_fix(plan, stage)
+    return [Check("SFT memory plan", plan.ok, f"{gpus} GPU(s): {plan.summary()} [GPU size: {source}]", fix)]
 
 
 def _embedding_budget(cfg: DictConfig, gib: float, allow_download: bool, skip_missing: bool) -> list[Check]:

@@ -32,9 +32,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sarl.backends.verl.attention import resolve_attn_implementation
 from sarl.backends.verl.config import _flatten, process_env, verl_config_with
-from sarl.data.sft import sft_max_length
+from sarl.backends.verl.preflight import check_sft_memory_plan
+from sarl.backends.verl.process import run_verl_process
+from sarl.data.sft import sft_max_length, sft_rows
+from sarl.runtime.checks import raise_failed
 from sarl.runtime.errors import UserError
+from sarl.runtime.files import resolve_path
+from sarl.runtime.runs import dry_run_command, run_record, wandb_record
 from sarl.runtime.signals import torchrun_command
 
 VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
@@ -136,7 +142,6 @@ def verl_sft_values(cfg: DictConfig, run_dir: str, experiment: str) -> dict[str,
     chat_template = sft_chat_template(cfg)
     if chat_template is not None:
         values["model.custom_chat_template"] = chat_template
-    from sarl.backends.verl.attention import resolve_attn_implementation
 
     values["model.override_config"] = {"attn_implementation": resolve_attn_implementation(b.attn_implementation)}
     if b.get("cpu", False):  # backend=verl_cpu: verl's SFT trainer puts its batches on `trainer.device` (cuda)
@@ -246,9 +251,6 @@ def validate_verl_sft_config(config: DictConfig) -> None:
 
 def sft_traces(cfg: DictConfig) -> tuple[Path, list[dict]]:
     """The data group's `sft_files` and its traces as prompt-completion rows (sarl.data.sft.sft_rows)."""
-    from sarl.data.sft import sft_rows
-    from sarl.runtime.files import resolve_path
-
     if not cfg.data.get("sft_files"):
         raise UserError(f"data={cfg.data.name} has no sft_files: algorithm=sft needs an SFT data group (data=sft_*)")
     path = resolve_path(str(cfg.data.sft_files))
@@ -331,9 +333,6 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
     """Write verl's SFT config and the traces' parquet into the run directory and launch torchrun on them;
     `train.dry_run=true` prints the config and the command only."""
 
-    from sarl.backends.verl.process import run_verl_process
-    from sarl.runtime.runs import dry_run_command, run_record, wandb_record
-
     check_enough_traces(cfg, experiment)
     config = build_verl_sft_config(cfg, str(run_dir), experiment)
     validate_verl_sft_config(config)
@@ -342,6 +341,9 @@ def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_
         sys.stdout.write(OmegaConf.to_yaml(config))
         sys.stderr.write(dry_run_command(cmd, [run_dir / f"{VERL_SFT_CONFIG_NAME}.yaml", run_dir / SFT_DATA_FILE]))
         return 0
+
+    # the plan of one GPU, where the model's config.json is at hand (sarl/backends/verl/memory.py: sft_memory_plan)
+    raise_failed(check_sft_memory_plan(cfg, config, experiment.partition("/")[2], skip_missing=True))
     meta, env = run_record(cfg, choices, experiment, run_dir)  # env: W&B offline without a key, stable run id
     env.update(process_env(cfg, run_dir))  # our patches in every rank; metrics.jsonl (appended to on a resume)
     write_sft_parquet(cfg, run_dir)
