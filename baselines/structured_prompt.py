@@ -1,7 +1,7 @@
 """Structured Reasoning's step tags: the prompt, its RL-time tag randomisation, the tagged-step
 parser shared by the MaxFlow and LCS rewards, and the format score.
 
-- 23 tags, in the prompt's order (Structured Reasoning App. A.14 "Mathematical Problem Solving Template").
+- 23 tags, in the prompt's order (Structured Reasoning App. A.8 "Mathematical Problem Solving Template").
 - The prompt asks for a tag "at the beginning of each sentence"; a step starts at a tag and runs to the next
   one (closing tags optional). The free-form ablation (Structured Reasoning App. B) splits on "\\n\\n" instead.
 - RL-time randomisation (Structured Reasoning App. A.4 "Tag Randomization for Robustness"): keep the top 5 tags, add 0-5
@@ -33,7 +33,7 @@ import numpy as np
 from eval.grading.extract import extract_answer
 from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
-# Structured Reasoning App. A.14, in the prompt's order.
+# Structured Reasoning App. A.8, in the prompt's order.
 TAGS: tuple[str, ...] = (
     "rephrase",
     "inference",
@@ -69,7 +69,7 @@ _CLOSING_TAG = re.compile(r"</(?:" + "|".join(TAGS) + r")>", re.IGNORECASE)
 
 
 def structured_prompt(question: str, tags: Sequence[str] = TAGS) -> str:
-    """The math prompt of Structured Reasoning App. A.14 with the given tags (default: all 23, in the paper's order)."""
+    """The math prompt of Structured Reasoning App. A.8 with the given tags (default: all 23, in the paper's order)."""
     unknown = [t for t in tags if t not in _TAG_SET]
     if unknown:
         raise ValueError(f"unknown tags {unknown}; choose from: {', '.join(TAGS)}")

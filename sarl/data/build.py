@@ -208,11 +208,11 @@ PROMPT_STYLES = ("plain", "structured", "structured_fixed")
 def math_prompt(cfg: Mapping[str, Any]) -> Callable[[str, str], str]:
     """The user prompt of a math problem (question, row id) for `prompt_style`:
     - plain: question + `prompt_suffix` (SARL App. B.1);
-    - structured: Structured Reasoning's tagged-step prompt (Structured Reasoning App. A.14) with its RL-time tag
+    - structured: Structured Reasoning's tagged-step prompt (Structured Reasoning App. A.8) with its RL-time tag
       randomisation (App. A.4: the top 5 tags plus 0-5 random others, shuffled), drawn per row from
       (`prompt_seed`, row id), so every row gets its own tag set and a rebuild gives the same prompts;
     - structured_fixed: the same prompt with all 23 tags in the paper's order, as its "Mathematical Problem
-      Solving Template" prints it (Structured Reasoning App. A.14): the evaluation sets of the structured
+      Solving Template" prints it (Structured Reasoning App. A.8): the evaluation sets of the structured
       experiments."""
     style = cfg.get("prompt_style") or "plain"
     if style == "plain":

@@ -12,7 +12,7 @@ on every run.
 The same traces are also written in the two other output formats the project's rewards read, for the tiny
 policies that `backend=verl_cpu` gives the rows whose rewards need them (conf/model/tiny_qwen3_tagged.yaml,
 tiny_qwen3_graph.yaml): `traces_tagged.jsonl`, each step opened by one of its prompt's tags under Structured
-Reasoning's tagged-step prompt (App. A.14, the tag set drawn per trace as App. A.4 draws it), and
+Reasoning's tagged-step prompt (App. A.8, the tag set drawn per trace as App. A.4 draws it), and
 `traces_graph.jsonl`, the steps as GRP's graph blocks (baselines.grp's serialisation) under the plain prompt.
 """
 

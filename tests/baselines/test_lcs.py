@@ -1,5 +1,5 @@
 """Structured Reasoning's prompt, tagged-step parser and format score, and the LCS group reward
-(Structured Reasoning Sec. 4.3 Eq. 6-7, App. A.4, A.14) on hand-worked cases and through both backends' adapters."""
+(Structured Reasoning Sec. 4.3 Eq. 6-7, App. A.4, A.8) on hand-worked cases and through both backends' adapters."""
 
 from pathlib import Path
 

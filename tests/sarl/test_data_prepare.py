@@ -139,7 +139,7 @@ def test_a_system_prompt_is_a_system_turn_before_the_question(tmp_path):
 
 
 def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_path):
-    """Structured Reasoning App. A.14 prompt; App. A.4 RL-time randomisation: the top 5 tags plus 0-5 others, shuffled,
+    """Structured Reasoning App. A.8 prompt; App. A.4 RL-time randomisation: the top 5 tags plus 0-5 others, shuffled,
     drawn per row from (prompt_seed, row id): rows differ, a rebuild is identical, the answers are unchanged."""
     import re
 
@@ -170,7 +170,7 @@ def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_p
 
 
 def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path):
-    """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.14's
+    """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.8's
     "Mathematical Problem Solving Template" with all 23 tags in the paper's order for every row, the same problems
     and golds as aime25."""
     from baselines.structured_prompt import TAGS
