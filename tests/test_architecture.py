@@ -168,6 +168,26 @@ def test_no_import_climbs_a_layer():
     assert not violations, "\n".join(violations)
 
 
+def design_layers(text: str) -> list[set[str]]:
+    """The packages of each row of docs/design.md's "Layers" table, bottom to top, as dotted prefixes."""
+    rows = re.findall(r"^\| (\d+) [^|]*\| ([^|]*) \|", text.split("## Layers", 1)[1].split("\n## ", 1)[0], re.M)
+    out: list[set[str]] = [set() for _ in rows]
+    for number, cell in rows:
+        for path in re.findall(r"`([^`]+)`", cell):
+            path = path if "/" in path else "sarl/" + path  # `preflight.py` beside `sarl/train.py`
+            dotted = path.removesuffix("/").removesuffix(".py").replace("/", ".")
+            out[int(number)].add("sarl" if dotted.count(".") == 1 and path.endswith(".py") else dotted)
+    return out
+
+
+def test_the_design_card_draws_the_layers_the_test_holds():
+    """docs/design.md's table of layers names, row by row, the packages of LAYERS (an entry point module as
+    `sarl`): the drawing and the rule cannot drift apart."""
+    drawn = design_layers((ROOT / "docs" / "design.md").read_text())
+    held = [{p for prefixes in layer.values() for p in prefixes} for layer in LAYERS]
+    assert drawn == held
+
+
 def test_the_root_of_sarl_holds_only_entry_points():
     root = sorted(p.name for p in (ROOT / "sarl").glob("*.py"))
     assert len(root) <= ROOT_MODULES_MAX, root
