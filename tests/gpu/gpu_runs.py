@@ -44,12 +44,35 @@ def gpu_device() -> str:
     return visible or "0"
 
 
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child process of the GPU tests: this interpreter's environment with one GPU
-    (`gpu_device`), this checkout first on PYTHONPATH (verl's Ray workers import sarl from it too), and a
-    Ray cluster of its own (RAY_ADDRESS=local: never one another job started on the node)."""
+def why_fewer_gpus(n: int) -> str | None:
+    """Why a test of `n` GPUs cannot run here (fewer CUDA GPUs visible), or None."""
+    if n <= 1:
+        return None
+    import torch
+
+    have = torch.cuda.device_count()
+    return None if have >= n else f"needs {n} GPUs: {have} visible (CUDA_VISIBLE_DEVICES, SLURM's --gpus)"
+
+
+def gpu_devices(n: int) -> str:
+    """The `n` GPUs a multi-GPU test uses, as a CUDA_VISIBLE_DEVICES value: the first `n` of
+    SARL_GPU_TEST_DEVICES (comma-separated indices or UUIDs), else of the GPUs visible to this process, else
+    0..n-1. One GPU: `gpu_device()`."""
+    if n == 1:
+        return gpu_device()
+    for source in (os.environ.get("SARL_GPU_TEST_DEVICES", ""), os.environ.get("CUDA_VISIBLE_DEVICES", "")):
+        chosen = [d.strip() for d in source.split(",") if d.strip()]
+        if chosen:
+            return ",".join(chosen[:n])
+    return ",".join(str(i) for i in range(n))
+
+
+def child_env(devices: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child process of the GPU tests: this interpreter's environment with `devices`
+    (default one GPU, `gpu_device`), this checkout first on PYTHONPATH (verl's Ray workers import sarl from it
+    too), and a Ray cluster of its own (RAY_ADDRESS=local: never one another job started on the node)."""
     env = dict(os.environ)
-    env["CUDA_VISIBLE_DEVICES"] = gpu_device()
+    env["CUDA_VISIBLE_DEVICES"] = gpu_device() if devices is None else devices
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["RAY_ADDRESS"] = "local"
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -205,6 +228,11 @@ class Row:
     rollout_share: float | None = ROLLOUT_SHARE  # None: the row's own backend.rollout_gpu_memory_utilization
     reward_workers: int | None = REWARD_WORKERS  # None: the row's own backend.reward_num_workers
     pipeline: bool = False  # an SFT_STAGE (SFT_OVERRIDES), then the RL_STAGE from its Hugging Face checkpoint
+    gpus: int = 1  # train.n_gpus_per_node: the GPUs of the run (gpu_devices)
+    tensor_parallel: int | None = None  # backend.rollout_tensor_parallel_size (None: the back end's choice)
+    # the row as the paper runs it: its own model, data, embedding server, batch and lengths (STEPS steps only),
+    # the data prepared under paper_data_dir() and the models in the Hugging Face cache
+    paper_models: bool = False
 
 
 ROWS = (
@@ -256,12 +284,75 @@ ROWS = (
 )
 
 
+# Several GPUs (`pytest -m gpu` skips them with the reason on a smaller node; scripts/gpu_session.sh runs them):
+NODE_ROWS = (
+    # a tensor-parallel-2 vLLM rollout and the FSDP actor sharded across two ranks, the per-rank weight sync
+    # into the rollout: the tiny policy (2 attention heads, 1 KV head that vLLM replicates) on 2 GPUs
+    Row("grpo_sarl_tp2", "grpo_sarl_math", ("reward/sr/mean", "reward/score/mean"), gpus=2, tensor_parallel=2),
+    # SARL Table 2's row on a whole node as the paper runs it: Qwen3-4B-Base, the aime_1983_2024 set, the vLLM
+    # embedding server at Qwen3-Embedding-0.6B that sarl.train starts beside verl's rollout (SARL App. A.3),
+    # the row's batch and lengths, STEPS steps
+    Row(
+        "grpo_sarl_node",
+        "grpo_sarl_math",
+        ("reward/sr/mean", "reward/C/mean", "reward/score/mean"),
+        embedding="paper",
+        rollout_share=None,
+        reward_workers=None,
+        gpus=8,
+        paper_models=True,
+    ),
+)
+
+
+def paper_data_dir() -> Path:
+    """Where a paper row of the GPU suite finds its prepared data: SARL_GPU_TEST_DATA_DIR, else the checkout's
+    data/ (`python -m sarl.data.prepare dataset=NAME` writes there)."""
+    return Path(os.environ.get("SARL_GPU_TEST_DATA_DIR") or REPO / "data")
+
+
+def missing_paper_inputs(row: Row) -> str | None:
+    """What a paper row of the GPU suite lacks here (its prepared data under paper_data_dir(), its policy's and
+    embedding model's files in the Hugging Face cache), as the commands that fetch it; None if nothing."""
+    from sarl.launch.compose import compose_train_config
+    from sarl.runtime.models import find_model_config
+
+    cfg, _ = compose_train_config([f"+exp={row.exp}", f"paths.data_dir={paper_data_dir()}"])
+    missing = [f"python -m sarl.data.prepare dataset={cfg.data.name} paths.data_dir={paper_data_dir()}"]
+    missing = missing if not all(Path(str(cfg.data[k])).is_file() for k in ("train_files", "val_files")) else []
+    for model in (str(cfg.model.path), str(cfg.embedding.model)):
+        if find_model_config(model, allow_download=False) is None:
+            missing.append(f"hf download {model}")
+    return f"{row.name} needs: {'; '.join(missing)} (scripts/gpu_session.sh does both)" if missing else None
+
+
+def paper_overrides(row: Row, root: Path) -> list[str]:
+    """The `python -m sarl.train` arguments of a paper row on a whole node: the row's own settings, STEPS steps
+    with a checkpoint and a validation at the last, its data from paper_data_dir()."""
+    return [
+        f"+exp={row.exp}",
+        "logger=none",
+        f"paths.root={root}",
+        f"paths.data_dir={paper_data_dir()}",
+        f"run_dir={root / row.name}",
+        "train.nnodes=1",
+        f"train.n_gpus_per_node={row.gpus}",
+        f"train.total_training_steps={STEPS}",
+        f"train.save_freq={STEPS}",
+        f"train.test_freq={STEPS}",
+        "+backend.overrides.trainer.val_before_train=false",
+        *row.extra,
+    ]
+
+
 def train_overrides(row: Row, model_dir: Path, data: dict[str, Path], root: Path) -> list[str]:
     """The `python -m sarl.train` arguments of `row`: the paper row with the tiny policy, the smoke prompts,
     one GPU, PROMPTS_PER_STEP x ROLLOUTS responses per step, STEPS steps, a checkpoint at the last step,
     validation at the last step (metrics in the run's metrics.jsonl, as every verl run logs them). The run
     directory is `root/row.name`; a pipeline's RL stage gets the run's overrides (`rl:key=value`), its SFT
-    stage SFT_OVERRIDES."""
+    stage SFT_OVERRIDES. A paper row (`paper_models`) keeps its own model and data: paper_overrides."""
+    if row.paper_models:
+        return paper_overrides(row, root)
     run = [
         "data=smoke",
         f"data.train_files={data['train']}",
@@ -278,6 +369,7 @@ def train_overrides(row: Row, model_dir: Path, data: dict[str, Path], root: Path
         f"train.test_freq={STEPS}",
         *([f"backend.rollout_gpu_memory_utilization={row.rollout_share}"] if row.rollout_share is not None else []),
         *([f"backend.reward_num_workers={row.reward_workers}"] if row.reward_workers is not None else []),
+        *([f"backend.rollout_tensor_parallel_size={row.tensor_parallel}"] if row.tensor_parallel else []),
         "+backend.overrides.trainer.val_before_train=false",
         *row.extra,
     ]
@@ -291,7 +383,7 @@ def train_overrides(row: Row, model_dir: Path, data: dict[str, Path], root: Path
         f"paths.root={root}",
         f"run_dir={root / row.name}",
         "train.nnodes=1",
-        "train.n_gpus_per_node=1",
+        f"train.n_gpus_per_node={row.gpus}",
         *run,
     ]
 

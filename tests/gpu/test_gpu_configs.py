@@ -15,6 +15,7 @@ import pytest
 from gpu_runs import (
     MAX_PROMPT_LENGTH,
     MAX_RESPONSE_LENGTH,
+    NODE_ROWS,
     REPO,
     RL_STAGE,
     ROLLOUTS,
@@ -29,8 +30,11 @@ from gpu_runs import (
     embedding_model,
     embedding_server,
     gpu_device,
+    gpu_devices,
     http_embedder,
     missing_metrics,
+    missing_paper_inputs,
+    paper_data_dir,
     read_step_metrics,
     rl_run_dir,
     smoke_rows,
@@ -41,7 +45,9 @@ from gpu_runs import (
 GPU_TESTS = {
     "tests/gpu/test_gpu_embedding.py::test_embedding_server_answers_one_request_at_the_configured_budget",
     *(f"tests/gpu/test_gpu_verl.py::test_two_verl_steps_on_one_gpu[{row.name}]" for row in ROWS),
+    *(f"tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus[{row.name}]" for row in NODE_ROWS),
 }
+SESSION_SCRIPT = REPO / "scripts" / "gpu_session.sh"
 
 # -- selection, skipping, the GPU of a child process -----------------------------------------------
 
@@ -88,6 +94,62 @@ def test_child_processes_get_one_gpu_and_their_own_ray(monkeypatch):
     env = child_env(HF_HUB_OFFLINE="0")  # e.g. SARL_GPU_EMBED_MODEL from the hub
     assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["RAY_ADDRESS"] == "local"
     assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["HF_HUB_OFFLINE"] == "0"
+
+
+def test_a_several_gpu_test_gets_its_first_gpus(monkeypatch):
+    for name in ("SARL_GPU_TEST_DEVICES", "CUDA_VISIBLE_DEVICES", "SARL_GPU_TEST_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    assert gpu_devices(2) == "0,1" and gpu_devices(1) == "0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # SLURM's allocation
+    assert gpu_devices(2) == "4,5" and child_env(gpu_devices(2))["CUDA_VISIBLE_DEVICES"] == "4,5"
+    monkeypatch.setenv("SARL_GPU_TEST_DEVICES", "GPU-a, GPU-b")
+    assert gpu_devices(2) == "GPU-a,GPU-b"
+
+
+def test_the_gpu_session_script_runs_the_suite_and_the_several_gpu_runs():
+    """scripts/gpu_session.sh (docs/gpu.md names it, with its expected time): valid bash; its `-k` split gives
+    the one-GPU tests to step 4 and exactly the several-GPU runs to step 5; it prepares the data and downloads
+    the models the paper row needs."""
+    text = SESSION_SCRIPT.read_text()
+    assert subprocess.run(["bash", "-n", str(SESSION_SCRIPT)], capture_output=True).returncode == 0
+    several = {t for t in GPU_TESTS if "several_gpus" in t}
+    assert several == {f"tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus[{r.name}]" for r in NODE_ROWS}
+    assert '-k "not several_gpus"' in text and "-k several_gpus" in text
+    from sarl.launch.compose import compose_train_config
+
+    for row in (r for r in NODE_ROWS if r.paper_models):
+        cfg = compose_train_config([f"+exp={row.exp}"])[0]
+        assert f'hf" download {cfg.model.path}' in text and f'hf" download {cfg.embedding.model}' in text
+        for files in ("train_files", "val_files"):  # each set the row reads is prepared
+            assert f"dataset={Path(str(cfg.data[files])).parent.name} " in text, files
+        assert "sarl.preflight +exp=" + row.exp in text
+    assert "scripts/gpu_session.sh" in (REPO / "docs" / "gpu.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", NODE_ROWS, ids=lambda r: r.name)
+def test_the_several_gpu_runs_compose_for_their_gpus(row, tiny_policy_layout, smoke_parquet, tmp_path, monkeypatch):
+    """The dry run of each several-GPU run: its GPUs, its rollout's tensor parallelism, and (the paper row) the
+    paper's policy and embedding server, the row's own batch; a missing input is named with its command."""
+    monkeypatch.setenv("SARL_GPU_TEST_DATA_DIR", str(tmp_path / "data"))
+    assert paper_data_dir() == tmp_path / "data"
+    v, command = dry_run(row, tiny_policy_layout, smoke_parquet, tmp_path)
+    trainer, rollout = v["trainer"], v["actor_rollout_ref"]["rollout"]
+    assert trainer["n_gpus_per_node"] == row.gpus and trainer["total_training_steps"] == STEPS
+    assert rollout["tensor_model_parallel_size"] == (row.tensor_parallel or 2)  # verl's default on a node
+    if not row.paper_models:
+        assert v["actor_rollout_ref"]["model"]["path"] == str(tiny_policy_layout)
+        return
+    from sarl.launch.compose import compose_train_config
+
+    own = compose_train_config([f"+exp={row.exp}"])[0]
+    assert v["actor_rollout_ref"]["model"]["path"] == str(own.model.path)
+    assert v["data"]["train_batch_size"] == own.train.train_batch_size
+    assert v["data"]["train_files"] == str(tmp_path / "data" / own.data.name / "train.parquet")
+    embedder = v["reward"]["custom_reward_function"]["reward_kwargs"]["reward"]["embedder"]
+    assert embedder["model"] == own.embedding.model == "Qwen/Qwen3-Embedding-0.6B"  # SARL App. A.3
+    why = missing_paper_inputs(row)
+    assert why and f"python -m sarl.data.prepare dataset={own.data.name}" in why
 
 
 # -- what the embedding test launches --------------------------------------------------------------

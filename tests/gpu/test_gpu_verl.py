@@ -21,6 +21,7 @@ import time
 import pytest
 from gpu_runs import (
     COMMON_METRICS,
+    NODE_ROWS,
     PROMPTS_PER_STEP,
     ROLLOUTS,
     ROWS,
@@ -30,38 +31,44 @@ from gpu_runs import (
     STEPS,
     TIMING_FILE,
     child_env,
-    gpu_device,
+    gpu_devices,
     gpu_name,
     missing_metrics,
+    missing_paper_inputs,
     read_step_metrics,
     rl_run_dir,
     run_train,
     step_timing,
     train_overrides,
+    why_fewer_gpus,
 )
 
 RUN_TIMEOUT_S = 1800
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
+def run_and_check(row, policy, data, tmp_path) -> dict:
+    """Run `row` (`python -m sarl.train`, gpu_runs.train_overrides) on its GPUs and check what it did: every
+    step logged with its metrics, no failure counted, a validation and a checkpoint at the last step, a
+    pipeline's SFT stage; its step timings written and printed. Returns the RL run's verl config."""
+    from omegaconf import OmegaConf
+
     run_dir = tmp_path / row.name
     rl_dir = rl_run_dir(row, tmp_path)
     log_path = tmp_path / f"{row.name}.log"
     started = time.monotonic()
-    rc = run_train(train_overrides(row, tiny_policy, smoke_parquet, tmp_path), child_env(), log_path, RUN_TIMEOUT_S)
+    devices = gpu_devices(row.gpus)
+    rc = run_train(train_overrides(row, policy, data, tmp_path), child_env(devices), log_path, RUN_TIMEOUT_S)
     wall_s = time.monotonic() - started
     assert rc == 0, f"sarl.train exited with {rc}; log {log_path}, its tail:\n{log_path.read_text()[-8000:]}"
 
     steps = read_step_metrics(rl_dir)
     assert sorted(steps) == list(range(1, STEPS + 1)), f"steps logged: {sorted(steps)}"
-    device = gpu_device()
     timing = {
         "row": row.name,
         "experiment": row.exp,
-        "gpu": gpu_name(device),
-        "responses_per_step": PROMPTS_PER_STEP * ROLLOUTS,
+        "gpu": gpu_name(devices.split(",")[0]),
+        "gpus": row.gpus,
+        "responses_per_step": PROMPTS_PER_STEP * ROLLOUTS if not row.paper_models else None,  # a paper row's own
         "wall_s": round(wall_s, 1),
         "steps": step_timing(steps),
         "versions": json.loads((rl_dir / "meta.json").read_text())["versions"],
@@ -79,7 +86,7 @@ def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
         if row.n_trained < ROLLOUTS:  # every vote scored, the seeded subset trained on
             assert metrics["reward/voted_sessions"] == PROMPTS_PER_STEP * ROLLOUTS, f"step {step}"
             assert metrics["reward/trained_sessions"] == PROMPTS_PER_STEP * row.n_trained, f"step {step}"
-    validated = [k for k in steps[STEPS] if k.startswith(f"val-core/{SMOKE_NAME}/")]
+    validated = [k for k in steps[STEPS] if k.startswith(f"val-core/{'' if row.paper_models else SMOKE_NAME + '/'}")]
     assert validated, f"no validation metrics at step {STEPS}: {sorted(steps[STEPS])}"
 
     checkpoints = rl_dir / "checkpoints"
@@ -92,8 +99,6 @@ def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
         assert not (last / "critic").exists()
 
     if row.pipeline:  # the SFT stage trained STEPS steps, and the RL stage started from its checkpoint
-        from omegaconf import OmegaConf
-
         from sarl.launch.pipeline import DONE_MARKER
 
         sft = read_step_metrics(run_dir / SFT_STAGE)
@@ -105,3 +110,35 @@ def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
         assert (run_dir / SFT_STAGE / DONE_MARKER).is_file()
         model = OmegaConf.load(rl_dir / "verl_trainer.yaml").actor_rollout_ref.model
         assert model.path == start and model.tokenizer_path == start, model
+    return OmegaConf.to_container(OmegaConf.load(rl_dir / "verl_trainer.yaml"), resolve=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
+    run_and_check(row, tiny_policy, smoke_parquet, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", NODE_ROWS, ids=lambda r: r.name)
+def test_verl_steps_on_several_gpus(row, tmp_path, request):
+    """grpo_sarl_tp2: a tensor-parallel-2 rollout and a 2-rank FSDP actor; grpo_sarl_node: grpo_sarl_math on 8
+    GPUs as the paper runs it, with the embedding server at the paper's model. Skipped, with the reason, on a
+    node with fewer GPUs or (paper row) without the prepared data and the models in the cache."""
+    if why := why_fewer_gpus(row.gpus) or (missing_paper_inputs(row) if row.paper_models else None):
+        pytest.skip(why)
+    policy = data = None
+    if not row.paper_models:
+        policy, data = request.getfixturevalue("tiny_policy"), request.getfixturevalue("smoke_parquet")
+    v = run_and_check(row, policy, data, tmp_path)
+    trainer, rollout = v["trainer"], v["actor_rollout_ref"]["rollout"]
+    assert trainer["n_gpus_per_node"] == row.gpus
+    if row.tensor_parallel:
+        assert rollout["tensor_model_parallel_size"] == row.tensor_parallel
+    if row.paper_models:
+        from sarl.launch.compose import compose_train_config
+
+        own = compose_train_config([f"+exp={row.exp}"])[0]
+        assert v["actor_rollout_ref"]["model"]["path"] == str(own.model.path)
+        embedder = v["reward"]["custom_reward_function"]["reward_kwargs"]["reward"]["embedder"]
+        assert embedder["_target_"] == "sarl.serving.http.HTTPEmbedder" and embedder["model"] == own.embedding.model

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The first GPU session, in one command on one 8-GPU node (docs/gpu.md section 3: estimated 1.5-2.5 hours,
+# not yet measured), each step's output in runs/gpu_session/<date>_<time>/:
+#   1. the stack: `pip install -e .[gpu,dev]` in .venv-gpu;
+#   2. the paper row's inputs: its data prepared, its policy and embedding model downloaded;
+#   3. `sarl.preflight` of grpo_sarl_math on this node (stack, driver, GPUs, memory plan, embedding server);
+#   4. the one-GPU suite (`pytest -m gpu -k "not several_gpus"`);
+#   5. the several-GPU runs (tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus): a tensor-parallel-2
+#      rollout on 2 GPUs, then grpo_sarl_math on all 8 as the paper runs it (Qwen3-4B-Base, the embedding
+#      server at Qwen3-Embedding-0.6B), two steps.
+# Usage, from the checkout on a login node:
+#   srun --nodes=1 --gpus-per-node=8 --exclusive --time=03:00:00 [-p PARTITION] [-A ACCOUNT] scripts/gpu_session.sh
+# SKIP_INSTALL=1 keeps an installed .venv-gpu; STEPS="4 5" runs only those steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv-gpu}
+STEPS=${STEPS:-"1 2 3 4 5"}
+OUT="runs/gpu_session/$(date +%Y-%m-%d_%H-%M-%S)"
+mkdir -p "$OUT"
+export SARL_GPU_TEST_DATA_DIR=${SARL_GPU_TEST_DATA_DIR:-$PWD/data}
+PY="$VENV/bin/python"
+
+step() {  # step NUMBER NAME COMMAND...: run it, its output in $OUT/NUMBER_NAME.log, its time on the console
+  local number=$1 name=$2
+  shift 2
+  case " $STEPS " in *" $number "*) ;; *) return 0 ;; esac
+  local start=$SECONDS
+  echo "[$(date +%H:%M:%S)] step $number ($name): $*"
+  if "$@" >"$OUT/${number}_${name}.log" 2>&1; then
+    echo "[$(date +%H:%M:%S)] step $number ($name): done in $((SECONDS - start)) s"
+  else
+    echo "[$(date +%H:%M:%S)] step $number ($name): FAILED after $((SECONDS - start)) s; see $OUT/${number}_${name}.log" >&2
+    exit 1
+  fi
+}
+
+install() {
+  [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$PY" ] && return 0
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q -e ".[gpu,dev]"
+}
+
+inputs() {  # the paper row's data and models, as missing_paper_inputs names them
+  "$PY" -m sarl.data.prepare dataset=aime_1983_2024 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
+  "$PY" -m sarl.data.prepare dataset=aime25 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
+  "$VENV/bin/hf" download Qwen/Qwen3-4B-Base
+  "$VENV/bin/hf" download Qwen/Qwen3-Embedding-0.6B
+}
+
+step 1 install install
+step 2 inputs inputs
+step 3 preflight "$PY" -m sarl.preflight +exp=grpo_sarl_math "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
+step 4 one_gpu "$PY" -m pytest -m gpu -rA -k "not several_gpus" --basetemp="$OUT/one_gpu"
+step 5 several_gpus "$PY" -m pytest -m gpu -rA -k several_gpus --basetemp="$OUT/several_gpus"
+echo "all steps passed; logs and run directories in $OUT"
