@@ -7,13 +7,15 @@ GPU run."""
 from verl.workers.rollout import base, replica
 
 from sarl.backends.verl.cpu import platform
-from sarl.backends.verl.cpu.rollout import HFReplica
 
 ROLLOUT = "hf"
 ROLLOUT_MODULE = "sarl.backends.verl.cpu.rollout"
 
 
 def _replica() -> type:
+    # deferred: cycle: `import verl` imports this module (verl's external libs), and the rollout imports verl
+    from sarl.backends.verl.cpu.rollout import HFReplica
+
     return HFReplica
 
 
