@@ -142,3 +142,21 @@ def test_code_rows_train_on_the_shipped_code_prompts_with_tests(tmp_path):
 
     written = pd.read_parquet(train)
     assert len(written) == 16 and written.reward_model[0]["ground_truth"]["tests"].startswith("assert add(1, 2)")
+
+
+@pytest.mark.parametrize("first", ["sarl.backends.verl.cpu.rollout", "sarl.backends.verl.reward", "verl"])
+def test_every_module_a_verl_process_loads_imports_under_verls_external_modules(first, tmp_path):
+    """`import verl` imports the modules of VERL_USE_EXTERNAL_MODULES (our patches, the CPU plugin) in every process
+    of a run, so an import of ours that reaches verl at the top of a module can close a cycle through verl that the
+    project's own import graph cannot see (the plugin's rollout import did: every verl CPU run failed in its Ray
+    actors). Each module a Ray worker imports first, under the run's environment, in a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    from sarl.backends.verl.config import process_env
+
+    env = {**os.environ, **process_env(compose("+exp=smoke", "backend=verl_cpu")[0], tmp_path)}
+    code = f"import {first}; from sarl.backends.verl.cpu.plugin import _replica; _replica()"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
