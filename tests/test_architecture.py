@@ -142,10 +142,15 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
-def test_layer_violations_are_found(tmp_path):
+def package_tree(root: Path) -> None:
+    """An empty package for each of PACKAGES under `root`: the fake trees the checks are tried on."""
     for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+
+
+def test_layer_violations_are_found(tmp_path):
+    package_tree(tmp_path)
     for sub in ("structure", "runtime", "backends", "backends/trl", "backends/verl"):
         (tmp_path / "sarl" / sub).mkdir()
         (tmp_path / "sarl" / sub / "__init__.py").write_text("")
@@ -370,9 +375,7 @@ def target_problems(targets: list[tuple[str, str, str]], modules: dict[str, Path
 
 
 def test_config_target_problems_are_found(tmp_path):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    package_tree(tmp_path)
     (tmp_path / "baselines" / "lcs.py").write_text("class LCSReward:\n    pass\n\n\ndef parse():\n    pass\n")
     (tmp_path / "eval" / "generate.py").write_text("def vllm_generator():\n    pass\n")
     (tmp_path / "conf" / "reward").mkdir(parents=True)
