@@ -198,6 +198,8 @@ def test_a_row_its_data_config_did_not_build_is_a_one_line_error(tmp_path):
         ("Answer: Because it is red.", None),
         ("<think>\nAnswer: A", None),  # never closed: no final answer
         ("The answer is \\boxed{A}", None),  # the template asks for "Answer: X"
+        ("Answer: A\nAnswer: B\nAnswer: C\nAnswer: D", "D"),  # every letter listed: only the last one counts
+        ("Answer: ABCD", None),  # all letters in one: no answer
     ],
 )
 def test_answer_line_reads_the_last_answer_letter(text, letter):
