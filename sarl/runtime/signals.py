@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Callable, Iterator, Sequence
@@ -62,24 +63,54 @@ def signals_as_exceptions(signums: tuple[int, ...] = TERMINATING_SIGNALS) -> Ite
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
     """SIGTERM the process group that `proc` leads (started with start_new_session=True), SIGKILL after
     `grace_s`: that child and whatever it started, nothing else. Members still in the group after the leader
-    exited (workers it did not wait for) are killed too."""
-    if proc.poll() is not None:
-        return
+    exited (workers it did not wait for) are killed too, and this returns only once none is left running
+    (a signalled process is not gone at once: under load it can take a while to exit)."""
     pgid = proc.pid  # start_new_session=True: the child leads its own group
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    if proc.poll() is None:
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     try:  # reap any worker still in the group after the leader exited
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        return
+    _wait_group_gone(pgid, timeout_s=10.0)
+
+
+def _group_members_running(pgid: int) -> list[int]:
+    """Processes of group `pgid` that are not zombies (Linux: read from /proc)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Wait until no member of group `pgid` is running; log the ones still there after `timeout_s`."""
+    if not os.path.isdir("/proc"):
+        return
+    deadline = time.monotonic() + timeout_s
+    while members := _group_members_running(pgid):
+        if time.monotonic() > deadline:
+            log.warning("process group %d: %s still running after SIGKILL", pgid, members)
+            return
+        time.sleep(0.05)
 
 
 def run_in_own_group(
