@@ -238,7 +238,7 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     except ImportError as err:
         raise UnsupportedOnBackend(
             f"verl's V1 trainer cannot be imported here ({err}); install this package (pip install -e .), "
-            "on a GPU node with `pip install -e .[gpu]`"
+            "on a GPU node with `pip install -r requirements/gpu.lock`"
         ) from err
     from sarl.backends.verl.config import reward_cores_problem  # deferred: imports verl (~9 s)
 

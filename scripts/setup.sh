@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Idempotent CPU set-up: .venv with torch==2.13.0 (CPU wheel) and this project, editable, with
-# its dev extra. A second run with unchanged requirements does nothing.
+# Idempotent CPU set-up: .venv with exactly the versions of requirements/cpu.lock (the GPU node's versions of
+# every package, torch's CPU wheel; scripts/lock.sh) and this project, editable. A second run with unchanged
+# requirements does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-stamp=".venv/.sarl-setup-$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)"
+stamp=".venv/.sarl-setup-$(cat pyproject.toml requirements/cpu.lock | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  echo "setting up .venv (torch CPU wheel + sarl[dev]) ..." >&2
+  echo "setting up .venv (requirements/cpu.lock + sarl, editable) ..." >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt torch==2.13.0
-  .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[dev]"
+  # torch first, on its own: the lock's CPU wheel (never the CUDA build that an unpinned torch would pull)
+  .venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements/cpu.lock)"
+  .venv/bin/python -m pip install -q -r requirements/cpu.lock
+  .venv/bin/python -m pip install -q --no-deps -e .
   rm -f .venv/.sarl-setup-*
   touch "$stamp"
 fi

@@ -54,7 +54,7 @@ def check_embedding_server(cfg: DictConfig, reward_cfg: dict) -> Check:
                 "embedding server",
                 False,
                 "not started: needs a CUDA GPU and vLLM",
-                "run the preflight on the GPU node after pip install -e .[gpu]",
+                "run the preflight on the GPU node after pip install -r requirements/gpu.lock",
             )
     rc = copy.deepcopy(reward_cfg)
     try:

@@ -25,7 +25,10 @@ def why_no_gpu() -> str | None:
     CPU run (no vLLM) skips the suite without importing torch."""
     for module, what in (("vllm", "vLLM"), ("torch", "torch")):
         if importlib.util.find_spec(module) is None:
-            return f"needs a CUDA GPU and vLLM: {what} is not installed in {sys.executable} (pip install -e .[gpu])"
+            return (
+                f"needs a CUDA GPU and vLLM: {what} is not installed in {sys.executable} "
+                "(pip install -r requirements/gpu.lock)"
+            )
     import torch
 
     if not torch.cuda.is_available():

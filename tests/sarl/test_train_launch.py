@@ -221,7 +221,7 @@ def test_preflight_on_a_cpu_machine_reports_the_gpu_checks_failed(tmp_path):
     assert rows["verl"] == "✓" and rows["attention"] == "✓" and rows["verl config"] == "✓"
     assert rows["memory plan"] == "✓" and rows["embedding server budget"] == "✓"
     assert rows["data"] == "✗"  # nothing prepared under tmp_path
-    assert "pip install -e .[gpu]" in proc.stdout and "Traceback" not in proc.stderr
+    assert "pip install -r requirements/gpu.lock" in proc.stdout and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()  # the preflight writes nothing
 
 

@@ -4,7 +4,7 @@ verl 0.9.1 builds the actor and the reference model from `HFModelConfig`, whose 
 `attn_implementation = override_config.get("attn_implementation", "flash_attention_2")`
 (verl/workers/config/model.py), and the PPO critic with `load_valuehead_model`, which passes
 `attn_implementation="flash_attention_2"` whatever the config says (verl/utils/model.py). Where the
-flash-attn package is not installed (`pip install -e .[gpu]` brings verl[vllm], which has none), both
+flash-attn package is not installed (`requirements/gpu.lock` brings verl[vllm], which has none), both
 stop at start-up with "FlashAttention2 has been toggled on, but it cannot be used".
 
 `backend.attn_implementation` (conf/backend/verl.yaml) chooses: `auto` takes flash_attention_2 where

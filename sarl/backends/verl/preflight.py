@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sarl.backends.verl import memory as verl_memory
-from sarl.runtime import memory
+from sarl.runtime import memory, stack
 from sarl.runtime.checks import Check
 from sarl.runtime.models import find_model_config
 from sarl.runtime.node_checks import (
@@ -41,23 +41,40 @@ def check_stack() -> list[Check]:
         cuda, driver = torch.version.cuda, driver_version()
         ok = bool(cuda) and torch.cuda.is_available() and bool(torch_v and torch_v.startswith(STACK["torch"]))
         detail = f"torch {torch_v}, CUDA {cuda or 'none (CPU build)'}, driver {driver or 'none'}"
-        fix = "" if ok else f"pip install -e .[gpu] (torch {STACK['torch']}x with CUDA) on a node with an NVIDIA driver"
+        fix = (
+            ""
+            if ok
+            else f"pip install -r requirements/gpu.lock (torch {STACK['torch']}x, CUDA) on a node with an NVIDIA driver"
+        )
         if problem := driver_problem(cuda, driver):
             ok, detail, fix = False, problem, DRIVER_FIX
         elif driver and (major := version_numbers(cuda)[:1]) and major[0] not in MIN_DRIVER:
             detail += f" (driver not checked: no known minimum for CUDA {cuda})"
     except ImportError:
-        ok, detail, fix = False, "torch not importable", "pip install -e .[gpu]"
+        ok, detail, fix = False, "torch not importable", "pip install -r requirements/gpu.lock"
     out.append(Check("torch / CUDA / driver", ok, detail, fix))
     for pkg in ("vllm", "verl"):
         v = installed_version(pkg)
         ok = v is not None and v.startswith(STACK[pkg])
-        fix = "" if ok else f"pip install -e .[gpu] (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)"
+        fix = "" if ok else f"pip install -r requirements/gpu.lock (verl {STACK['verl']} wants {pkg} {STACK[pkg]}x)"
         out.append(Check(pkg, ok, f"{pkg} {v}" if v else f"{pkg} not installed", fix))
     from sarl.backends.verl.attention import check_flash_attn  # deferred: imports verl (seconds)
 
     out.append(check_flash_attn(installed_version("flash-attn") or installed_version("flash_attn")))
+    out.append(check_lock())
     return out
+
+
+def check_lock(lock_path: Path = stack.GPU_LOCK) -> Check:
+    """Every package of requirements/gpu.lock installed at the lock's version (a local build label aside: a torch
+    built for the node's CUDA passes), so the run uses the versions CI tested (decisions §7.6)."""
+    name = "stack = requirements/gpu.lock"
+    if not lock_path.is_file():
+        return Check(name, True, f"{lock_path} absent (not an editable install): not checked", "")
+    diffs = stack.diverging(stack.read_lock(lock_path))
+    if not diffs:
+        return Check(name, True, f"{len(stack.read_lock(lock_path))} packages at the lock's versions", "")
+    return Check(name, False, stack.describe(diffs), f"pip install -r {lock_path} in this venv")
 
 
 def reward_processes(verl_cfg: DictConfig) -> tuple[int, str, int]:

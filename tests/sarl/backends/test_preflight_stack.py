@@ -110,7 +110,7 @@ def test_check_stack_says_when_it_cannot_check_the_driver(monkeypatch):
 def test_check_stack_on_a_cpu_build_of_torch_still_fails_as_before(monkeypatch):
     """No CUDA build, no driver: the old failure and fix."""
     row = stack_row(monkeypatch, None, None, available=False)
-    assert not row.ok and "CPU build" in row.detail and "pip install -e .[gpu]" in row.fix
+    assert not row.ok and "CPU build" in row.detail and "pip install -r requirements/gpu.lock" in row.fix
 
 
 # -- flash-attn imported for real ----------------------------------------------------------------
