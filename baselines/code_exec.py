@@ -21,8 +21,8 @@ from typing import Any
 
 from eval.grading.extract import strip_thinking
 from eval.sandbox import OUTCOMES, SCORE_MODES, CodeProblem, RunResult, Sandbox, last_code_block, problem_of
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.runtime.checks import Check
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 

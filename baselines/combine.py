@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from sarl.structure.interface import Reward, RewardFunction, RewardOutput, RolloutBatch, check_reward
+from sarl.contract.reward import Reward, RewardFunction, RewardOutput, RolloutBatch, check_reward
 
 
 class WeightedSumReward(RewardFunction):
@@ -53,7 +53,7 @@ class WeightedSumReward(RewardFunction):
         return tuple(keys)
 
     def check_ready(self) -> str | None:
-        """The first component that cannot run, with its reason (`sarl.structure.interface.Reward.check_ready`)."""
+        """The first component that cannot run, with its reason (`sarl.contract.reward.Reward.check_ready`)."""
         for name, reward in self.components.items():
             problem = reward.check_ready()
             if problem is not None:

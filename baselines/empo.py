@@ -25,10 +25,10 @@ import numpy as np
 
 from eval.grading.extract import extract_answers, strip_thinking
 from eval.grading.grader import Grader, default_grader
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.threads import limited
 from sarl.structure.embed.base import Embedder, embed_rows
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import sanitize
-from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class EMPOReward(RewardFunction):
         self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can or
+        """Why the embedder cannot be used (`sarl.contract.reward.Reward.check_ready`), None if it can or
         if there is none (the math setting groups answers by equivalence and embeds nothing)."""
         if self.embedder is None:
             return None

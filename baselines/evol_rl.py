@@ -20,7 +20,7 @@ Choices where the paper is silent (see the class docstring): invalid responses a
 take no part in s̄ or m (as in the authors' code); the reasoning is the `<think>` block (decisions §1 rules), or
 the whole response when that is empty; cosine similarities are not clipped (the authors' code clips to
 [0, 1], the paper does not). Training settings that go with it (clip_ratio_high 0.28, entropy coefficient
-0.003, 64 votes / 32 trained via `baselines.ttrl.select_for_training`, lr 5e-7, temperature 1.0; C.6)
+0.003, 64 votes / 32 trained via `sarl.contract.selection.select_for_training`, lr 5e-7, temperature 1.0; C.6)
 belong to the training config, not to the reward.
 """
 
@@ -35,10 +35,10 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import majority_vote
 from eval.grading.extract import extract_answers
 from eval.grading.grader import Grader, default_grader
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.threads import limited
 from sarl.structure.embed.base import Embedder, embed_rows
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import extract_reasoning, sanitize
-from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class EvolRLReward(RewardFunction):
         self.label = label
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
+        """Why the embedder cannot be used (`sarl.contract.reward.Reward.check_ready`), None if it can."""
         # deferred: imports scikit-learn, networkx and pandas (sarl.structure.reward)
         from sarl.structure.reward import embedder_problem
 

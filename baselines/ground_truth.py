@@ -10,7 +10,7 @@ from __future__ import annotations
 from eval.grading.extract import extract_answer
 from eval.grading.gold import gold_answers
 from eval.grading.grader import Grader, default_grader
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 
 
 class GroundTruthReward(RewardFunction):

@@ -37,7 +37,7 @@ Decisions where the paper is silent (decisions §4):
   Sec. 3.2.1), end = the answer node = the last node (in text order); ~> is reflexive (a node reaches
   itself), so a one-node graph has R_reach = R_rev = 1 when that node is known.
 - empty denominators give 1 for R_dens, R_topo and R_para (nothing violated); R_ers = 0 when there is no
-  start ~> end path or the nodes hold no tokens; token counts via `sarl.structure.token_count` (the policy
+  start ~> end path or the nodes hold no tokens; token counts via `sarl.contract.token_count` (the policy
   tokenizer when configured, else whitespace words).
 - default weights uniform (0.2 each).
 - accuracy: the `\\boxed{}` inside the last `<answer>` block, or the block's whole text when it has none,
@@ -55,12 +55,9 @@ masked (failed), never a 0.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import networkx as nx
@@ -72,142 +69,17 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.pasc_grpo import (
     pack_scae,
 )
-from eval.grading.extract import extract_answer
 from eval.grading.grader import Grader, default_grader
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
-from sarl.structure.token_count import TokenCounter
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.token_count import TokenCounter
+from sarl.formats.graph import GraphParse, Node, gradable_answer, parse_graph, reasoning_graph
+from sarl.structure.steps import THINK_CLOSE
 
 log = logging.getLogger(__name__)
 
-LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # GRP App. B
 REWARD_NAMES = ("R_fmt", "R_conn", "R_ers", "R_reach", "R_rev")  # the terms of Eq. (13), in order
 DEFAULT_WEIGHTS = {name: 0.2 for name in REWARD_NAMES}
 START_MODES = ("first_known", "all_known")
-
-_LINE = re.compile(r"^(?:<(\w+)>)?(.*?)(?:</(\w+)>)?$", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-@dataclass
-class Node:
-    """v = (id, parents_id, content) (GRP Eq. 1), with its label and label block."""
-
-    id: int
-    parents: list[int]
-    content: str
-    label: str
-    block: int
-
-
-@dataclass
-class GraphParse:
-    """A parsed response: the nodes in text order, the label blocks (node ids per block), the answer text,
-    and the reason the parse failed (None if it did not)."""
-
-    nodes: list[Node] = field(default_factory=list)
-    blocks: list[list[int]] = field(default_factory=list)
-    answer: str | None = None
-    error: str | None = None
-
-
-def _node(obj: Any) -> tuple[int, list[int], str] | str:
-    """The fields of one node object, or the reason it is not one."""
-    if not isinstance(obj, dict):
-        return "a node line is not a JSON object"
-    if set(obj) != {"id", "parents_id", "content"}:
-        return "a node must have exactly the keys id, parents_id, content"
-    nid, parents, content = obj["id"], obj["parents_id"], obj["content"]
-    if isinstance(nid, bool) or not isinstance(nid, int):
-        return "a node id is not an integer"
-    if not isinstance(parents, list) or any(isinstance(p, bool) or not isinstance(p, int) for p in parents):
-        return "parents_id is not a list of integers"
-    if not isinstance(content, str):
-        return "a node's content is not a string"
-    return nid, list(parents), content
-
-
-def parse_graph(response: Any) -> GraphParse:
-    """The reasoning graph of a response in GRP's format (module docstring). Total: never raises; a
-    malformed response gives `GraphParse.error` (the first problem found)."""
-    if not isinstance(response, str):
-        return GraphParse(error="response is not text")
-    text, _ = sanitize(response)
-    open_at = text.find(THINK_OPEN)
-    body_start = open_at + len(THINK_OPEN) if open_at >= 0 else 0
-    close_at = text.find(THINK_CLOSE, body_start)
-    answers = _ANSWER.findall(text[close_at:]) if close_at >= 0 else []
-    out = GraphParse(answer=answers[-1].strip() if answers else None)
-    if close_at < 0:
-        out.error = "truncated: no </think>"
-        return out
-    label: str | None = None
-    ids: set[int] = set()
-    for raw in text[body_start:close_at].split("\n"):
-        line = raw.strip()
-        if not line:
-            continue
-        m = _LINE.match(line)
-        opening, middle, closing = m.group(1), m.group(2).strip(), m.group(3)
-        if opening is not None:
-            if opening not in LABELS:
-                out.error = f"unknown label <{opening}>"
-                return out
-            if label is not None:
-                out.error = f"<{opening}> opened inside <{label}>"
-                return out
-            label = opening
-            out.blocks.append([])
-        if middle:
-            if label is None:
-                out.error = "text outside a label block"
-                return out
-            try:
-                fields = _node(json.loads(middle))
-            except (ValueError, RecursionError):
-                fields = "a node line is not valid JSON"
-            if isinstance(fields, str):
-                out.error = fields
-                return out
-            nid, parents, content = fields
-            if nid in ids:
-                out.error = f"duplicate node id {nid}"
-                return out
-            ids.add(nid)
-            out.nodes.append(Node(nid, parents, content, label, len(out.blocks) - 1))
-            out.blocks[-1].append(nid)
-        if closing is not None:
-            if closing != label:
-                out.error = f"</{closing}> does not close <{label}>" if label else f"</{closing}> closes nothing"
-                return out
-            if not out.blocks[-1]:
-                out.error = f"empty <{label}> block"
-                return out
-            label = None
-    if label is not None:
-        out.error = f"<{label}> is never closed"
-    elif not out.nodes:
-        out.error = "no nodes"
-    return out
-
-
-def reasoning_graph(parse: GraphParse) -> tuple[nx.DiGraph, Counter]:
-    """Directed graph parent -> child of a parsed response, and counts of what was dropped
-    (`dangling_parents`: ids that are no node; `repeated_parents`)."""
-    g = nx.DiGraph()
-    g.add_nodes_from(n.id for n in parse.nodes)
-    dropped: Counter = Counter()
-    for n in parse.nodes:
-        seen = set()
-        for p in n.parents:
-            if p in seen:
-                dropped["repeated_parents"] += 1
-            elif p not in g:
-                dropped["dangling_parents"] += 1
-            else:
-                g.add_edge(p, n.id)
-            seen.add(p)
-    return g, dropped
 
 
 def _reach(g: nx.DiGraph, source: int) -> set[int]:
@@ -304,13 +176,6 @@ COMBINE_MODES = ("sum", "scae")
 OUTCOMES = ("answer", "code_exec")  # the accuracy term: the graded \boxed{} answer | the executed code
 
 
-def _gradable(answer: str | None) -> str:
-    """The text `GroundTruthReward` grades: the `\\boxed{}` of the answer block, else the block boxed."""
-    if answer is None:
-        return ""
-    return answer if extract_answer(answer) is not None else f"\\boxed{{{answer}}}" if answer else ""
-
-
 class GRPReward(RewardFunction):
     """GRP's process-aware graph reward with an outcome term (GRP Sec. 3.2).
 
@@ -397,7 +262,7 @@ class GRPReward(RewardFunction):
             responses = [f"{THINK_CLOSE}\n{p.answer}" if p.answer else "" for p in parses]
             code = RolloutBatch(prompts=list(batch.prompts), responses=responses, ground_truths=batch.ground_truths)
             return self.code_exec.score(code)
-        answers = [_gradable(p.answer) for p in parses]
+        answers = [gradable_answer(p.answer) for p in parses]
         to_grade = RolloutBatch(prompts=list(batch.prompts), responses=answers, ground_truths=batch.ground_truths)
         return GroundTruthReward(self.grader or default_grader())(to_grade)
 

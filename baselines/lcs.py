@@ -22,7 +22,7 @@ Decisions where the paper is silent:
   format part alone (Sec. 4.3: "The LCS reward requires at least one correct completion as reference"; the
   paper does not say what replaces it, and 0 is the term's absence). Only completions whose correctness
   was judged count: a row without a gold answer is no reference. Such rows say so in `no_reference`.
-- step lengths count the step's text without the tag markup (`sarl.structure.token_count`: the policy tokenizer
+- step lengths count the step's text without the tag markup (`sarl.contract.token_count`: the policy tokenizer
   when configured, else whitespace words);
 - a completion whose correctness cannot be judged (no gold answer) takes no part in its group's pairs, scores
   `failed_score` and says why.
@@ -33,10 +33,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from baselines.ground_truth import GroundTruthReward
-from baselines.structured_prompt import format_score, parse_structured
 from eval.grading.grader import Grader, default_grader
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.structure.token_count import TokenCounter
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.token_count import TokenCounter
+from sarl.formats.tags import format_score, parse_structured
 
 
 def lcs_matches(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 from eval.openai_client import ChatClient, api_key_from_env, run_concurrently
+from sarl.contract.token_count import TokenCounter
 from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
-from sarl.structure.token_count import TokenCounter
 
 log = logging.getLogger(__name__)
 

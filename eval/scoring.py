@@ -23,8 +23,8 @@ from eval.prompts import answer_reader
 from eval.protocol import Benchmark
 from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
+from sarl.contract.reward import RolloutBatch
 from sarl.serving.auto import embedding_server_for
-from sarl.structure.interface import RolloutBatch
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
 

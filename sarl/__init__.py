@@ -11,10 +11,10 @@ __version__ = "0.1.0"
 
 _PUBLIC = {
     "StructureReward": "sarl.structure.reward",
-    "RolloutBatch": "sarl.structure.interface",
-    "RewardOutput": "sarl.structure.interface",
-    "RewardFunction": "sarl.structure.interface",
-    "build_reward": "sarl.structure.interface",
+    "RolloutBatch": "sarl.contract.reward",
+    "RewardOutput": "sarl.contract.reward",
+    "RewardFunction": "sarl.contract.reward",
+    "build_reward": "sarl.contract.reward",
     "Embedder": "sarl.structure.embed.base",
     "EmbeddingResult": "sarl.structure.embed.base",
     "SentenceTransformerEmbedder": "sarl.structure.embed.local",

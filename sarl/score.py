@@ -46,6 +46,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from sarl.contract.metrics import batch_diagnostic_keys
+from sarl.contract.reward import Reward, RewardOutput, RolloutBatch, reward_class
+from sarl.contract.reward import build_reward as build_reward_node
 from sarl.runtime.errors import (
     UserError,
     check_output_file,
@@ -54,9 +57,6 @@ from sarl.runtime.errors import (
     report_user_errors,
 )
 from sarl.runtime.files import CONF_DIR
-from sarl.structure.interface import Reward, RewardOutput, RolloutBatch, reward_class
-from sarl.structure.interface import build_reward as build_reward_node
-from sarl.structure.metrics import batch_diagnostic_keys
 from sarl.structure.reward import StructureAnalysis, StructureReward
 from sarl.structure.viz import plot_reasoning_map, step_table, view_response
 

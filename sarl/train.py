@@ -23,9 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 from sarl.backends.trl import distributed
 from sarl.backends.trl import run as trl
 from sarl.backends.trl.preflight import run_trl_cheap_checks
-from sarl.backends.trl.run import policy_path, unsupported
+from sarl.backends.trl.run import unsupported
 from sarl.backends.verl import cpu
 from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
+from sarl.contract.reward import reward_class
 from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
 from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
@@ -48,7 +49,7 @@ from sarl.serving.auto import (
     embedding_server_for,
     planned_embedding_server,
 )
-from sarl.structure.interface import reward_class
+from sarl.smoke.policy import policy_path
 from slurm import launcher
 
 log = logging.getLogger("sarl.train")
@@ -91,7 +92,7 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
         return  # DPO learns from preference pairs, SFT from traces; the reward group is not used
     target = cfg.reward.get("_target_")
     try:
-        reward_class(target)  # importable, and a reward (sarl.structure.interface.Reward)
+        reward_class(target)  # importable, and a reward (sarl.contract.reward.Reward)
     except Exception as err:
         raise UnsupportedOnBackend(f"reward '{choices['reward']}' ({target}) cannot be used: {err}") from err
 

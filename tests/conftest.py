@@ -46,8 +46,8 @@ def policy_cache(policy_cache_dir):
     import json
     from pathlib import Path
 
-    from sarl.backends.trl.run import policy_path
     from sarl.launch.compose import compose_train_config
+    from sarl.smoke.policy import policy_path
 
     cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={policy_cache_dir}"])
     built = Path(policy_path(cfg))  # built here, or by another worker while this one waited

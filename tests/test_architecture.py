@@ -21,9 +21,11 @@ PACKAGES = ("sarl", "baselines", "eval", "slurm")
 # layer never import each other (the structure reward and the run machinery; the two back ends), and no import,
 # deferred or not, climbs. A module belongs to the unit of its longest matching prefix. docs/design.md draws it.
 LAYERS: list[dict[str, tuple[str, ...]]] = [
+    {"contract": ("sarl.contract",)},
     {"structure reward": ("sarl.structure",), "run machinery": ("sarl.runtime",)},
     {"serving": ("sarl.serving",), "slurm": ("slurm",)},
     {"eval": ("eval",)},
+    {"formats": ("sarl.formats",)},
     {"baselines": ("baselines",)},
     {"data": ("sarl.data", "sarl.smoke"), "reports": ("sarl.reports",)},
     {"trl back end": ("sarl.backends.trl",), "verl back end": ("sarl.backends.verl",), "backends": ("sarl.backends",)},
@@ -322,7 +324,8 @@ TARGET_OWNERS = {  # conf/ folder or key -> the module prefixes its dotted names
     "embedding/": ("sarl.structure.embed", "sarl.serving"),  # an embedder: in process, or an embedding server's client
     "eval/": ("eval",),  # generators and judges of the evaluation
     "entry_module": ("sarl.backends",),  # a back end's entry point
-    "parser": ("baselines",),  # the format parser of a baseline's reward (sarl.launch.format_preflight)
+    "recompose": ("sarl.backends",),  # a back end's second composition pass (sarl.launch.compose)
+    "parser": ("sarl.formats",),  # the parser of an output format (sarl.launch.format_preflight)
     "adv_estimator_register": ("baselines",),  # a baseline's advantage estimator
     "pipeline_report": ("sarl.reports",),
 }

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY = {
     "baselines/toy_brevity.py": '''"""A toy reward: shorter responses score higher (CONTRIBUTING.md's example)."""
 
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 
 
 class ToyBrevity(RewardFunction):
@@ -47,7 +47,7 @@ _target_: baselines.toy_brevity.ToyBrevity
 scale: 100.0  # words at which the score reaches 0
 """,
     "tests/baselines/test_toy_brevity.py": """from baselines.toy_brevity import ToyBrevity
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 
 def test_scores_on_worked_values():
@@ -91,8 +91,8 @@ def registry_copy(tmp_path, monkeypatch):
 def test_a_toy_reward_added_by_the_four_steps_composes_and_runs(registry_copy, monkeypatch):
     from hydra.utils import instantiate
 
+    from sarl.contract.reward import RolloutBatch, contract_problems, reward_class
     from sarl.launch.compose import compose_train_config
-    from sarl.structure.interface import RolloutBatch, contract_problems, reward_class
     from sarl.train import main
 
     cfg, choices = compose_train_config(["+exp=smoke", "reward=toy_brevity"])

@@ -1,6 +1,6 @@
 """Builders shared by the tests (importable from any test module: tests/ is on the path through tests/conftest.py).
 
-- `tiny_qwen3`: the one tiny model of the tests, a Qwen3 of the smoke policy's shape (sarl.backends.trl.policy
+- `tiny_qwen3`: the one tiny model of the tests, a Qwen3 of the smoke policy's shape (sarl.smoke.policy
   TINY_QWEN3) for a given tokenizer, as a config or with seeded random weights, optionally saved with the tokenizer.
 - `verl_config_for`: a composed config and the verl config built from it, validated by the pinned verl;
   `stage_overrides`: what makes a row one stage of its pipeline.
@@ -318,7 +318,7 @@ def tiny_qwen3(tokenizer, path: str | Path | None = None, *, weights: bool = Fal
     entries), or with `weights` a `Qwen3ForCausalLM` with random weights drawn after `torch.manual_seed(seed)`.
     With `path`, it is saved there (config, or config and weights) with the tokenizer, so that it loads from the
     path as a checkpoint does."""
-    from sarl.backends.trl.policy import qwen3_config
+    from sarl.smoke.policy import qwen3_config
 
     config = qwen3_config(tokenizer, **architecture)
     built = config

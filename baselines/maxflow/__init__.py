@@ -4,7 +4,7 @@ Three modules: `flow` (capacity graph, max flow, step importance, Q), `attention
 attention pass), `reward` (the reward object). Their public names are importable from here.
 
 Per response:
-1. Nodes: node 0 the question (the prompt), then the reasoning steps (`baselines.structured_prompt`), the
+1. Nodes: node 0 the question (the prompt), then the reasoning steps (`sarl.formats.tags`), the
    last node the answer (the text after `</think>`).
 2. Step-to-step attention (Eq. 3), from an eager forward pass of the policy over prompt + response, averaged
    over chosen layers (the paper: layers 23-27, the last five of 28):

@@ -9,10 +9,10 @@ from typing import Any, Sequence
 from baselines.ground_truth import GroundTruthReward
 from baselines.maxflow.attention import StepAttention
 from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance, step_importance
-from baselines.structured_prompt import STEP_MODES, format_score, parse_structured
 from eval.grading.grader import Grader, default_grader
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
-from sarl.structure.threads import limited
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.threads import limited
+from sarl.formats.tags import STEP_MODES, format_score, parse_structured
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class MaxFlowReward(RewardFunction):
         self.grader = grader
 
     def check_ready(self) -> str | None:
-        """Why the attention model cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
+        """Why the attention model cannot be used (`sarl.contract.reward.Reward.check_ready`), None if it can."""
         return self.load_error
 
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:

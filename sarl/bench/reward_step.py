@@ -20,10 +20,10 @@ from rich.table import Table
 
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
+from sarl.contract.reward import RolloutBatch
 from sarl.structure.cluster import cluster_batch
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import graph_metrics_batch
-from sarl.structure.interface import RolloutBatch
 from sarl.structure.reward import StructureReward
 from sarl.structure.steps import parse_steps
 

@@ -10,7 +10,7 @@ A record (one parquet row; the TRL JSONL line is derived from it):
 
 `index` is the row's position in the source, so a problem keeps its index whatever the filters drop.
 `user_prompt` is the prompt as the policy sees it (suffix or structured template included): verl's per-sample
-reward function reads the prompt from extra_info only (`sarl.structure.interface.USER_PROMPT_KEY`).
+reward function reads the prompt from extra_info only (`sarl.contract.reward.USER_PROMPT_KEY`).
 A row that cannot be used (no question, a gold answer that does not parse, a WildBench row without its
 checklist) is reported by id; the build fails unless `drop_invalid` is set, and then each dropped row is
 listed in the manifest. Rows removed by a filter of the paper (length, duplicates) are counted, not listed.
@@ -27,12 +27,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from baselines.dpo_pairs import conversational_pairs, dpo_pairs_from_openrubrics
-from baselines.structured_prompt import randomized_prompt, structured_prompt
 from eval.grading.gold import validate_gold, validate_gold_rows
+from sarl.contract.reward import USER_PROMPT_KEY
 from sarl.data.answers import accepted_answers
 from sarl.data.sources import DataSourceError
-from sarl.structure.interface import USER_PROMPT_KEY
+from sarl.formats.pairs import conversational_pairs, dpo_pairs_from_openrubrics
+from sarl.formats.tags import randomized_prompt, structured_prompt
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ def build_openrubrics(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps:
     """SARL App. B.1: the `instruction` alone is the prompt; keep rows whose two reference responses both have
     at least `filters.min_response_tokens` tokens (a missing response counts as 0 tokens), then drop
     duplicate instructions (first occurrence kept; `instruction_key`). Also: a `val` split sampled from the
-    kept prompts, and DPO pairs from the kept rows (`baselines.dpo_pairs`)."""
+    kept prompts, and DPO pairs from the kept rows (`sarl.formats.pairs`)."""
     name, split, fields, flt = cfg["name"], cfg["split"], cfg["fields"], cfg["filters"]
     check_fields(name, rows, fields)
     ids = row_ids(name, rows, fields.get("id"))

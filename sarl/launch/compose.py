@@ -7,16 +7,17 @@ before anything is built or written, that the model the run names can be had her
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from sarl.backends.verl.cpu import cpu_overrides, merged_overrides
 from sarl.runtime.errors import UserError, composition_error_message, refuse_new_keys
 from sarl.runtime.files import CONF_DIR
 from sarl.runtime.hub import check_model_source
+from sarl.runtime.overrides import merged_overrides
 
 log = logging.getLogger("sarl.train")  # a part of `python -m sarl.train`: its messages keep that name
 
@@ -38,22 +39,29 @@ def compose_user_config(overrides: list[str], named: list[str] | None = None) ->
     whose keys are read by name only (CLOSED_SECTIONS), an unknown option or an invalid value is a UserError naming
     it, checked before anything runs.
 
-    With `backend=verl_cpu` the row is composed a second time, made small for the CPU
-    (`sarl.backends.verl.cpu.cpu_overrides`), leaving alone every key in `named` (what the command line names;
-    all of `overrides` when None)."""
+    A back end that names a function in `backend.recompose` (`backend=verl_cpu`: `sarl.backends.verl.cpu.
+    cpu_overrides`, the row made small for the CPU) has the row composed a second time with the overrides that
+    function returns for it, leaving alone every key in `named` (what the command line names; all of `overrides`
+    when None)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         cfg, choices = compose_train_config(overrides)
-        if cfg.backend.get("cpu", False) and not cfg.get("pipeline"):
-            extra = cpu_overrides(cfg, overrides if named is None else named)
+        if cfg.backend.get("recompose") and not cfg.get("pipeline"):
+            extra = load_function(str(cfg.backend.recompose))(cfg, overrides if named is None else named)
             cfg, choices = compose_train_config(merged_overrides(overrides, extra))
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
     refuse_new_keys(overrides if named is None else named, cfg, CLOSED_SECTIONS)
     validate_train_values(cfg)
     return cfg, choices
+
+
+def load_function(dotted: str) -> Any:
+    """The function a config names by its dotted path (`package.module.function`)."""
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def check_model_paths(cfg: DictConfig) -> None:

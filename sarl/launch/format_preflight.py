@@ -1,7 +1,7 @@
 """Format preflight: a reward that reads a response format is useless on a policy that never writes it.
 
 GRP's rewards (GRP Sec. 3.2.1) score the graph-structured format that GRP-SFT teaches (Sec. 3.1.3); a policy
-without that stage writes plain text, every response fails `baselines.grp.parse_graph`, R_graph is 0 for every
+without that stage writes plain text, every response fails `sarl.formats.graph.parse_graph`, R_graph is 0 for every
 rollout, and GRPO/PASC-GRPO silently degrade to accuracy-only training. Before any training step the policy
 answers `format_check.n_prompts` of the run's prompts (greedy, at most `format_check.max_new_tokens` tokens,
 transformers on this machine's GPU if it has one, in a child process that takes its GPU memory with it when it
@@ -9,7 +9,7 @@ exits); if fewer than `format_check.min_share` of the responses parse, the run s
 share and the parser's reasons.
 
     format_check:
-      parser: baselines.grp.parse_graph   # response -> object with `.error` (None: parseable); null: no check
+      parser: sarl.formats.graph.parse_graph   # response -> object with `.error` (None: parseable); null: no check
       n_prompts: 4
       min_share: 0.5
       max_new_tokens: 2048
@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig
 
-from sarl.backends.trl.run import policy_path
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import resolve_path
+from sarl.smoke.policy import policy_path
 
 log = logging.getLogger("sarl.launch.format_preflight")
 

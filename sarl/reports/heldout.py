@@ -33,8 +33,8 @@ import numpy as np
 
 from eval.grading.extract import extract_answer
 from eval.grading.grader import is_equivalent
+from sarl.contract.reward import RolloutBatch
 from sarl.runtime.files import resolve_path
-from sarl.structure.interface import RolloutBatch
 
 log = logging.getLogger("sarl.reports.heldout")
 

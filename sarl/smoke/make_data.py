@@ -22,8 +22,8 @@ import json
 import random
 import re
 
-from baselines.structured_prompt import randomized_prompt, tags_of_prompt
 from sarl.data.writers import write_jsonl
+from sarl.formats.tags import randomized_prompt, tags_of_prompt
 from sarl.smoke import DATA_DIR
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -118,7 +118,7 @@ STEP_KINDS = (
     ("conclude", ("So the answer", "Therefore ")),
 )
 # kind -> (preferred tag, tag when the preferred one is not in the prompt's set); the fallbacks are among
-# Structured Reasoning's top 5 tags (baselines.structured_prompt.TOP_TAGS), which every drawn set holds
+# Structured Reasoning's top 5 tags (sarl.formats.tags.TOP_TAGS), which every drawn set holds
 TAG_OF_KIND = {
     "plan": ("rephrase", "decompose"),
     "split": ("decompose", "decompose"),

@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
+from sarl.contract.threads import limited, run_each
 from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
-from sarl.structure.threads import limited, run_each
 
 METHODS = ("kmeans", "hdbscan")
 
@@ -150,7 +150,7 @@ def cluster_batch(
     accepts only the default. Responses are clustered one at a time (memory: a few M x M
     arrays of the response at hand), and the result for a response does not depend on the
     other responses in the batch. `threads` > 1: that many responses at a time, side by side
-    (`sarl.structure.threads.run_each`), each with a one-thread BLAS; the labels are the same.
+    (`sarl.contract.threads.run_each`), each with a one-thread BLAS; the labels are the same.
     """
     if method not in METHODS:
         raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")

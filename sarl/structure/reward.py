@@ -15,12 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.threads import limited
 from sarl.structure.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import VARIANTS, GraphMetrics, graph_metrics_batch
-from sarl.structure.interface import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.steps import NO_THINK_MODES, ParsedSteps, parse_steps
-from sarl.structure.threads import limited
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class StructureReward(RewardFunction):
         return [a.output for a in self._analyze(batch)]
 
     def check_ready(self) -> str | None:
-        """Why the embedder cannot be used (`sarl.structure.interface.Reward.check_ready`), None if it can."""
+        """Why the embedder cannot be used (`sarl.contract.reward.Reward.check_ready`), None if it can."""
         return embedder_problem(self.embedder)
 
     def _parse(self, text: object) -> ParsedSteps | str:

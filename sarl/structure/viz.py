@@ -9,8 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
+from sarl.contract.reward import RolloutBatch
 from sarl.structure.graph import reasoning_map
-from sarl.structure.interface import RolloutBatch
 
 
 def plot_reasoning_map(

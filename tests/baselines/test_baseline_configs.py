@@ -9,7 +9,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 from testkit import tiny_qwen3
 
-from sarl.structure.interface import Reward
+from sarl.contract.reward import Reward
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REWARDS = sorted(p.stem for p in (CONF / "reward").glob("*.yaml"))

@@ -5,7 +5,7 @@ import pytest
 
 from baselines.code_exec import DIAGNOSTIC_KEYS, CodeExecReward
 from eval.sandbox import Sandbox
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 TESTS = {"tests": "assert add(1, 2) == 3\nassert add(0, 0) == 0\nassert add(5, 5) == 10\n"}
 SANDBOX = {"timeout_s": 1.5, "memory_mb": 512}

@@ -2,7 +2,7 @@
 
 import logging
 
-from baselines.dpo_pairs import dpo_pairs_from_openrubrics
+from sarl.formats.pairs import dpo_pairs_from_openrubrics
 
 
 def row(winner, a="Answer A", b="Answer B", instruction="Write a poem."):
@@ -30,7 +30,7 @@ def test_ties_and_unknown_values_are_skipped_and_counted(caplog):
         row("A", instruction="  "),
         row("B", a="same", b="same"),
     ]
-    with caplog.at_level(logging.INFO, logger="baselines.dpo_pairs"):
+    with caplog.at_level(logging.INFO, logger="sarl.formats.pairs"):
         pairs = dpo_pairs_from_openrubrics(iter(rows))
     assert len(pairs) == 1 and isinstance(pairs, list)
     assert pairs.skipped == {"tie": 2, "unknown winner": 3, "missing field": 2, "identical responses": 1}

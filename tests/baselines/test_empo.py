@@ -8,7 +8,7 @@ import pytest
 from baseline_fakes import TableEmbedder
 
 from baselines.empo import EMPOReward, final_answer_text, single_linkage_clusters
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 
 def group(responses, gid="q"):

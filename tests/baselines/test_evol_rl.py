@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baselines.evol_rl import EvolRLReward, is_valid_answer, novelty_scores, reasoning_text
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 EPS = 1e-8
 

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from baselines.ground_truth import GroundTruthReward
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 
 def score(grader, responses, golds):

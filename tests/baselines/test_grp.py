@@ -12,10 +12,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from baselines.grp import DEFAULT_WEIGHTS, GRPReward, check_weights, graph_rewards, parse_graph, r_graph
+from baselines.grp import DEFAULT_WEIGHTS, GRPReward, check_weights, graph_rewards, r_graph
 from baselines.pasc_grpo import pack_scae, register_verl, scae_advantages, unpack_scae
-from sarl.structure.interface import Reward, RolloutBatch
-from sarl.structure.token_count import TokenCounter
+from sarl.contract.reward import Reward, RolloutBatch
+from sarl.contract.token_count import TokenCounter
+from sarl.formats.graph import parse_graph
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -15,7 +15,7 @@ from baselines.code_exec import CodeExecReward
 from baselines.grp import GRPReward
 from baselines.pasc_grpo import scae_advantages, unpack_scae
 from eval.sandbox import Sandbox
-from sarl.structure.interface import RolloutBatch
+from sarl.contract.reward import RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 TESTS = {"tests": "assert add(1, 2) == 3\nassert add(0, 0) == 0\nassert add(5, 5) == 10\n"}
@@ -175,10 +175,11 @@ def test_shipped_code_sft_traces_are_graphs_with_code_under_the_rl_prompt():
     (the question + grp_code_rl's prompt_suffix), which is what grp_sample_code.txt renders (decisions §4)."""
     import ast
 
-    from baselines.grp import graph_rewards, parse_graph
+    from baselines.grp import graph_rewards
     from eval.sandbox import last_code_block
     from sarl.data.synthesize.inputs import load_prompt
     from sarl.data.synthesize.verify import graph_issues
+    from sarl.formats.graph import parse_graph
     from sarl.launch.compose import compose_train_config
 
     suffix = compose_train_config(["+exp=grp_code_paper"])[0].data.prompt_suffix

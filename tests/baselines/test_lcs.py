@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from baselines.lcs import LCSReward, lcs_matches, lcs_rewards, length_ratio, pair_score, weighted_lcs_share
-from baselines.structured_prompt import (
+from sarl.contract.reward import Reward, RolloutBatch
+from sarl.formats.tags import (
     TAGS,
     TOP_TAGS,
     format_score,
@@ -18,7 +19,6 @@ from baselines.structured_prompt import (
     randomized_tags,
     structured_prompt,
 )
-from sarl.structure.interface import Reward, RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -21,9 +21,9 @@ from baselines.maxflow.flow import (
     step_importance,
 )
 from baselines.maxflow.reward import MaxFlowReward
-from baselines.structured_prompt import parse_structured
 from sarl.bench.maxflow import networkx_importance
-from sarl.structure.interface import Reward, RewardFunction, RewardOutput, RolloutBatch
+from sarl.contract.reward import Reward, RewardFunction, RewardOutput, RolloutBatch
+from sarl.formats.tags import parse_structured
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

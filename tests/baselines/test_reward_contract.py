@@ -1,4 +1,4 @@
-"""Every reward a `conf/reward/*.yaml` file names satisfies the reward contract (sarl.structure.interface.Reward) and
+"""Every reward a `conf/reward/*.yaml` file names satisfies the reward contract (sarl.contract.reward.Reward) and
 counts its failures once, through `RewardFunction.__call__`."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from sarl.structure.interface import Reward, RewardFunction, RolloutBatch, contract_problems, reward_class
+from sarl.contract.reward import Reward, RewardFunction, RolloutBatch, contract_problems, reward_class
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REWARDS = sorted(p.stem for p in (CONF / "reward").glob("*.yaml"))
@@ -63,6 +63,6 @@ def test_a_class_without_the_contract_is_refused():
     assert contract_problems(Bare) == ["group_reward", "needs_prompt", "diagnostic_keys", "check_ready"]
     assert "failure_counts" in contract_problems(Bare())
     with pytest.raises(TypeError, match="Bare is not a reward: it lacks group_reward"):
-        from sarl.structure.interface import check_reward
+        from sarl.contract.reward import check_reward
 
         check_reward(Bare())

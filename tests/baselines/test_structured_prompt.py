@@ -1,10 +1,10 @@
-"""Training-time tag randomisation helpers of baselines.structured_prompt (Structured Reasoning App. A.4)."""
+"""Training-time tag randomisation helpers of sarl.formats.tags (Structured Reasoning App. A.4)."""
 
 import pytest
 
 
 def test_question_of_inverts_the_tagged_prompt_and_refuses_other_text():
-    from baselines.structured_prompt import question_of, randomized_prompt, structured_prompt
+    from sarl.formats.tags import question_of, randomized_prompt, structured_prompt
 
     question = "Find x.\nGiven x + 1 = 2."  # a question with its own ".\n"
     assert question_of(structured_prompt(question)) == question
@@ -14,7 +14,7 @@ def test_question_of_inverts_the_tagged_prompt_and_refuses_other_text():
 
 
 def test_redrawn_tags_depend_on_seed_and_key_only():
-    from baselines.structured_prompt import draw_key, redraw_tags, structured_prompt
+    from sarl.formats.tags import draw_key, redraw_tags, structured_prompt
 
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": structured_prompt("q")}]
     a = redraw_tags(messages, 0, draw_key("r1", 0))

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from baselines.ttrl import TTRLReward, majority_vote, select_for_training
-from sarl.structure.interface import RolloutBatch
+from baselines.ttrl import TTRLReward, majority_vote
+from sarl.contract.reward import RolloutBatch
+from sarl.contract.selection import select_for_training
 
 
 def boxed(*answers):

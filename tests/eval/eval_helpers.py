@@ -119,7 +119,7 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
     from testkit import tiny_qwen3
 
     from eval.generate import SamplingConfig
-    from sarl.backends.trl.policy import build_tokenizer
+    from sarl.smoke.policy import build_tokenizer
 
     pairs = [(row_messages(r), r["response"]) for r in fixture_rows()]
     corpus = [" ".join(m["content"] for m in msgs) + "\n" + resp for msgs, resp in pairs] * 2

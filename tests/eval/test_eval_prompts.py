@@ -95,9 +95,9 @@ def loaded(data_dir: Path, protocol: str, *overrides: str) -> dict:
 
 
 def test_every_template_file_loads_and_the_structured_one_is_the_training_prompt():
-    """conf/eval/prompt/structured.yaml writes exactly what baselines.structured_prompt trains with (App. A.8), and
+    """conf/eval/prompt/structured.yaml writes exactly what sarl.formats.tags trains with (App. A.8), and
     reads back the question of a prompt with a per-row tag draw (App. A.4)."""
-    from baselines.structured_prompt import TAGS, randomized_prompt, structured_prompt
+    from sarl.formats.tags import TAGS, randomized_prompt, structured_prompt
 
     assert {"sarl", "evol_rl", "structured"} <= set(template_names())
     for name in template_names():

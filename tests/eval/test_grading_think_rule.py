@@ -27,8 +27,8 @@ from eval.data import Problem
 from eval.grading.extract import extract_answer, strip_thinking
 from eval.protocol import Benchmark
 from eval.scoring import score_benchmarks
+from sarl.contract.reward import RolloutBatch
 from sarl.structure.embed.base import Embedder
-from sarl.structure.interface import RolloutBatch
 
 # name -> (response, its answer under the rule, its answer with answer_in_unclosed_think=True)
 RESPONSES = {

@@ -91,8 +91,8 @@ def child_env(devices: str | None = None, **extra: str) -> dict[str, str]:
 def build_tiny_policy(cache_dir: Path, *overrides: str) -> Path:
     """conf/model/tiny_qwen3.yaml's policy, built by the project's builder (tokenizer trained on the shipped
     traces, warm start on them) into `cache_dir`, as `+exp=smoke` builds it; `overrides` change its spec."""
-    from sarl.backends.trl.run import policy_path
     from sarl.launch.compose import compose_train_config
+    from sarl.smoke.policy import policy_path
 
     cfg, _ = compose_train_config(["model=tiny_qwen3", f"model.build.cache_dir={cache_dir}", *overrides])
     return Path(policy_path(cfg))

@@ -398,8 +398,8 @@ def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layo
     from omegaconf import OmegaConf
 
     from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
+    from sarl.contract.reward import RolloutBatch
     from sarl.smoke import DATA_DIR
-    from sarl.structure.interface import RolloutBatch
 
     cfg = rl_config(row, tiny_policy_layout, smoke_parquet, tmp_path)
     traces = [json.loads(line) for line in (DATA_DIR / "traces.jsonl").read_text().splitlines()[:ROLLOUTS]]

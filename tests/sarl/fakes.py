@@ -4,8 +4,8 @@ import hashlib
 
 import numpy as np
 
+from sarl.contract.reward import RewardFunction, RewardOutput
 from sarl.structure.embed.base import Embedder
-from sarl.structure.interface import RewardFunction, RewardOutput
 
 
 class KeywordEmbedder(Embedder):

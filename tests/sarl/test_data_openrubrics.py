@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from baselines.dpo_pairs import conversational_pairs
 from sarl.data.build import instruction_key, token_counter
 from sarl.data.prepare import compose_prepare_config, prepare
 from sarl.data.sources import DataSourceError
+from sarl.formats.pairs import conversational_pairs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "openrubrics_v2.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

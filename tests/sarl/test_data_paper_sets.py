@@ -4,9 +4,9 @@ built from small local copies in their source layouts (no hub at test time), wit
 import pytest
 from test_data_prepare import build, parquet_rows, trl_rows
 
-from baselines.structured_prompt import TAGS
 from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config
+from sarl.formats.tags import TAGS
 
 SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 

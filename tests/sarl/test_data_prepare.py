@@ -143,7 +143,7 @@ def test_structured_aime_has_seed_004s_prompt_with_tags_randomised_per_row(tmp_p
     drawn per row from (prompt_seed, row id): rows differ, a rebuild is identical, the answers are unchanged."""
     import re
 
-    from baselines.structured_prompt import TAGS, TOP_TAGS, randomized_prompt
+    from sarl.formats.tags import TAGS, TOP_TAGS, randomized_prompt
 
     build(tmp_path, "aime_1983_2024_structured", "expected_count=6")
     rows = by_id(parquet_rows(tmp_path, "aime_1983_2024_structured", "train"))
@@ -173,7 +173,7 @@ def test_structured_validation_set_has_the_fixed_template_with_all_tags(tmp_path
     """aime25_structured, the structured experiments' validation set: Structured Reasoning App. A.8's
     "Mathematical Problem Solving Template" with all 23 tags in the paper's order for every row, the same problems
     and golds as aime25."""
-    from baselines.structured_prompt import TAGS
+    from sarl.formats.tags import TAGS
     from sarl.launch.compose import compose_train_config
 
     build(tmp_path, "aime25_structured", "expected_count=3")

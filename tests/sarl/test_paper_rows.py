@@ -108,7 +108,7 @@ def test_grp_code_paper_row_is_pasc_grpo_with_the_execution_outcome_from_grp_sft
     assert rl.algorithm.adv_estimator == "scae" and rl.reward._target_ == "baselines.grp.GRPReward"
     assert rl.reward.outcome == "code_exec" and rl.reward.combine == "scae" and rl.reward.code_exec.score == "all_pass"
     assert rl.data.name == "grp_code_rl" and rl.data.setting == "code" and rl.data.max_response_length == 8192
-    assert rl.format_check.parser == "baselines.grp.parse_graph"
+    assert rl.format_check.parser == "sarl.formats.graph.parse_graph"
     assert rl.reward.tokenizer == tiny_qwen3_dir  # I(v) of Eq. (9) in the policy's tokens
     assert v.reward.custom_reward_function.reward_kwargs.reward.outcome == "code_exec"
     sft = stage_config("grp_code_paper", "sft", tiny_qwen3_dir)
@@ -171,8 +171,8 @@ def test_grp_table_2_sft_row_is_grp_sft_on_plain_cot_traces_and_nothing_after(tm
     default is GRP-SFT's six sample problems as CoT, the same prompts and answers without graph blocks."""
     import json
 
-    from baselines.grp import parse_graph
     from eval.grading.extract import extract_answer
+    from sarl.formats.graph import parse_graph
     from sarl.runtime.files import resolve_path
 
     top, _ = compose_train_config(["+exp=grp_cot_sft_paper"])

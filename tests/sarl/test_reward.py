@@ -9,7 +9,7 @@ from fakes import KeywordEmbedder
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from sarl.structure.interface import RewardOutput, RolloutBatch
+from sarl.contract.reward import RewardOutput, RolloutBatch
 from sarl.structure.reward import StructureReward, structure_rewards_from_embeddings
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -235,8 +235,8 @@ def test_check_ready_embeds_one_text_and_names_a_dead_server():
     import socket
 
     from baselines.combine import WeightedSumReward
+    from sarl.contract.reward import reward_problem
     from sarl.serving.http import HTTPEmbedder
-    from sarl.structure.interface import reward_problem
 
     assert reward_problem(StructureReward(KeywordEmbedder())) is None
     with socket.socket() as s:

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 from testkit import REPO, run_module
 
 from baselines.code_exec import sandbox_settings
+from sarl.contract.reward import reward_class
 from sarl.score import read_responses, reward_calls
-from sarl.structure.interface import reward_class
 from sarl.structure.reward import StructureReward
 
 CONF = REPO / "conf"

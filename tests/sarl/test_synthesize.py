@@ -17,14 +17,15 @@ import pandas as pd
 import pytest
 from testkit import fake_vllm_python
 
-from baselines.grp import graph_rewards, parse_graph
-from baselines.structured_prompt import TAGS, parse_structured, structured_prompt
+from baselines.grp import graph_rewards
 from eval.grading.extract import extract_answer
 from eval.grading.grader import default_grader
 from sarl.data.synthesize.config import compose_synthesize_config
 from sarl.data.synthesize.inputs import Prompt, load_prompt
 from sarl.data.synthesize.run import synthesize
 from sarl.data.synthesize.verify import graph_issues, parse_verdict, structured_issues
+from sarl.formats.graph import parse_graph
+from sarl.formats.tags import TAGS, parse_structured, structured_prompt
 from sarl.launch.compose import compose_train_config
 
 REPO = Path(__file__).resolve().parents[2]

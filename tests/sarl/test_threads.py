@@ -8,11 +8,11 @@ import sarl.structure.cluster as cluster
 import sarl.structure.reward as structure_reward
 from sarl.backends.verl.config import reward_cores_problem
 from sarl.bench.reward_step import StandInEmbedder, paper_batch
+from sarl.contract.reward import RolloutBatch, build_reward
+from sarl.contract.threads import limited, pool_sizes, run_each
 from sarl.launch.compose import compose_train_config, validate_train_values
 from sarl.runtime.errors import UserError
 from sarl.structure.embed import base
-from sarl.structure.interface import RolloutBatch, build_reward
-from sarl.structure.threads import limited, pool_sizes, run_each
 
 
 def test_limited_caps_every_pool_inside_and_restores_it():

@@ -221,9 +221,7 @@ def test_train_starts_uses_and_stops_the_embedding_server(tmp_path):
         assert url.startswith("http://127.0.0.1:")
         reward = instantiate(reward_cfg)
         (out,) = reward(
-            __import__("sarl.structure.interface", fromlist=["x"]).RolloutBatch.from_responses(
-                ["<think>a\n\nbb</think>"]
-            )
+            __import__("sarl.contract.reward", fromlist=["x"]).RolloutBatch.from_responses(["<think>a\n\nbb</think>"])
         )
         assert out.failed is None and out.diagnostics["n_steps"] == 2
         pids = [

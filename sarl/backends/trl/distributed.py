@@ -40,7 +40,24 @@ def fsdp_args(cfg: DictConfig) -> dict[str, Any]:
     """TrainingArguments of FSDP for a run of several processes (none for one)."""
     if processes(cfg) == 1:
         return {}
-    return {"fsdp": True, "fsdp_config": OmegaConf.to_container(cfg.backend.fsdp_config, resolve=True)}
+    config = OmegaConf.to_container(cfg.backend.fsdp_config, resolve=True)
+    # transformers 5.9 (the GPU node's, requirements/gpu.lock) wraps layers only for an `auto_wrap` option in
+    # `fsdp` (training_args.py `_process_fsdp_args`), whatever fsdp_config says; later versions read both
+    options = ["full_shard" if config.get("reshard_after_forward", True) else "shard_grad_op"]
+    if config.get("auto_wrap_policy") == "TRANSFORMER_BASED_WRAP":
+        options.append("auto_wrap")
+    return {"fsdp": options, "fsdp_config": config}
+
+
+def fsdp_environment(cfg: DictConfig) -> dict[str, str]:
+    """The FSDP settings transformers 5.9 does not pass on from `fsdp_config` to accelerate's plugin, which then
+    reads them from the environment (accelerate 1.15 `FullyShardedDataParallelPlugin.set_state_dict_type`): the
+    state-dict type, else FSDP2 saves sharded checkpoints and `final/` gets no whole model. Set in each rank before
+    its Trainer is built."""
+    if processes(cfg) == 1:
+        return {}
+    kind = cfg.backend.fsdp_config.get("state_dict_type")
+    return {"FSDP_STATE_DICT_TYPE": str(kind)} if kind else {}
 
 
 def torchrun_args(run_dir: Path, n_processes: int) -> list[str]:

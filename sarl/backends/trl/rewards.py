@@ -24,8 +24,8 @@ import json
 import math
 from typing import Any, Callable, Sequence
 
-from sarl.structure.interface import Reward, RewardsFailedError, RolloutBatch
-from sarl.structure.metrics import batch_diagnostic_keys, reward_metrics
+from sarl.contract.metrics import batch_diagnostic_keys, reward_metrics
+from sarl.contract.reward import Reward, RewardsFailedError, RolloutBatch
 
 
 def message_text(messages: Any) -> str:
@@ -38,7 +38,7 @@ def message_text(messages: Any) -> str:
 
 
 class TRLReward:
-    """A TRL reward function around one reward object (`sarl.structure.interface.Reward`)."""
+    """A TRL reward function around one reward object (`sarl.contract.reward.Reward`)."""
 
     def __init__(
         self,

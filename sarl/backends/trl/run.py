@@ -33,16 +33,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl import distributed
 from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
-from sarl.backends.trl.policy import build_policy
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.sft import sft_args, sft_dataset
+from sarl.contract.reward import RewardsFailedError, build_reward
 from sarl.reports.figures import METRICS_FILE
 from sarl.reports.heldout import HeldOut, table
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.runs import wandb_init
 from sarl.runtime.weights import WEIGHT_FILES, trained_state, weights_problem
-from sarl.structure.interface import RewardsFailedError, build_reward
+from sarl.smoke.policy import policy_path
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -89,23 +89,6 @@ def row_checks(cfg: DictConfig) -> list[Check]:
         return [*out, Check("data", True, f"data.{key} = {path}")]
     fix = f"python -m sarl.data.prepare dataset={cfg.data.name}"
     return [*out, Check("data", False, f"data.{key} = {path} does not exist", fix)]
-
-
-def policy_path(cfg: DictConfig) -> Path | str:
-    """The model to train: `model.path` (hub id or directory), else the locally built tiny policy."""
-    if cfg.model.get("path"):
-        return cfg.model.path
-    build = cfg.model.get("build")
-    if not build:
-        raise ValueError("model.path is null and model.build is not set: nothing to train")
-
-    spec = OmegaConf.to_container(build, resolve=True)
-    cache_dir = spec.pop("cache_dir")
-    # the build's own seed (model.build.seed): every training seed starts from the same policy; unset, the run's
-    build_seed = spec.pop("seed", None)
-    traces = resolve_path(spec["traces"])
-    spec["traces"] = str(traces)
-    return build_policy(spec, cache_dir, seed=int(cfg.seed if build_seed is None else build_seed))
 
 
 def prompt_dataset(cfg: DictConfig, tokenizer: Any):
@@ -387,6 +370,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         dropped = truncate_metrics(metrics_path, int(state["global_step"])) if main else 0
         failed_before = failed_rewards_before(metrics_path, int(state["global_step"]))
         log.info("resuming from %s (step %d; %d later metric records dropped)", resume, state["global_step"], dropped)
+    os.environ.update(distributed.fsdp_environment(cfg))  # before the Trainer builds accelerate's FSDP plugin
     args = trainer_args(cfg, run_dir)
     heldout, heldout_before, embedder = None, None, None
     reward_node = reward_cfg or OmegaConf.to_container(cfg.reward, resolve=True)

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from baselines.structured_prompt import draw_key, redraw_tags
-from sarl.structure.interface import USER_PROMPT_KEY
+from sarl.contract.reward import USER_PROMPT_KEY
+from sarl.formats.tags import draw_key, redraw_tags
 
 MIN_USABLE_PER_GROUP = 2  # a group advantage needs a baseline: the response and at least one sibling
 

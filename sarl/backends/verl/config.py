@@ -345,7 +345,7 @@ def reward_cores_problem(cfg: DictConfig, reward_cfg: dict, cores: int | None = 
     """Why the reward processes would ask for more threads than this node has cores (sarl.train says it as a
     warning after the GPU checks: oversubscribed pools are slow, not wrong). Each of verl's
     `backend.reward_num_workers` reward workers, or the trainer for a group reward, runs the reward's kernels on
-    `reward.threads` threads: sarl/structure/threads.py), else None. `cores`: this process's CPUs (the allocation's,
+    `reward.threads` threads: sarl/contract/threads.py), else None. `cores`: this process's CPUs (the allocation's,
     under SLURM)."""
     cores = cores or len(os.sched_getaffinity(0))
     threads = int(reward_cfg.get("threads") or 1)

@@ -22,7 +22,7 @@ from verl.utils.device import auto_set_device
 
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.trainer import SarlTaskRunner
-from sarl.structure.interface import RewardsFailedError
+from sarl.contract.reward import RewardsFailedError
 
 
 def rewards_failed(err: BaseException) -> RewardsFailedError | None:

@@ -6,7 +6,7 @@ Two paths, both calling the same reward objects:
   (`reward.custom_reward_function`, verl 0.9: `compute_score(data_source, solution_str,
   ground_truth, extra_info, **reward_kwargs)`). verl hands it no prompt: the prompt is the
   `user_prompt` that data preparation writes into every row's extra_info
-  (`sarl.structure.interface.USER_PROMPT_KEY`). It is async: the calls that verl's reward
+  (`sarl.contract.reward.USER_PROMPT_KEY`). It is async: the calls that verl's reward
   workers make concurrently are gathered into micro-batches, so the structure reward
   embeds and clusters many responses at once instead of one HTTP round trip each.
 - `reward_dataproto`: the whole generated batch (a verl `DataProto`) at once, keyed by
@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from sarl.structure.interface import (
+from sarl.contract.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
+from sarl.contract.reward import (
     USER_PROMPT_KEY,
     Reward,
     RewardFunction,
@@ -35,7 +36,6 @@ from sarl.structure.interface import (
     build_reward,
     reward_class,
 )
-from sarl.structure.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
 
 log = logging.getLogger(__name__)
 

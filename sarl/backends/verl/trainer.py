@@ -47,12 +47,12 @@ from verl.trainer import main_ppo
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from verl.utils import tensordict_utils as tu
 
-from baselines.structured_prompt import draw_key, redraw_tags, tags_of_prompt
-from baselines.ttrl import select_for_training
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import is_group_reward, reward_from_config
-from sarl.structure.interface import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
-from sarl.structure.metrics import FAILED_KEY, row_metrics, score_rollouts
+from sarl.contract.metrics import FAILED_KEY, row_metrics, score_rollouts
+from sarl.contract.reward import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
+from sarl.contract.selection import select_for_training
+from sarl.formats.tags import draw_key, redraw_tags, tags_of_prompt
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def group_sessions(keys: Sequence[str]) -> dict[Session, list[int]]:
 
 def trained_sessions(sessions: Sequence[Session], n_trained: int, seed: int) -> tuple[list[Session], int]:
     """The sessions to train on: a seeded random `n_trained` of each prompt's sessions (TTRL's
-    "64 votes / 32 trained", `baselines.ttrl.select_for_training`), and how many prompts had fewer.
+    "64 votes / 32 trained", `sarl.contract.selection.select_for_training`), and how many prompts had fewer.
 
     A prompt's sessions are ordered by session id before the draw, so the subset depends only on
     (seed, uid), never on which rollouts finished first (TransferQueue lists them in completion

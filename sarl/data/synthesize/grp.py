@@ -2,7 +2,7 @@
 conf/synthesize/recipe/): per problem, sample a trace from the teacher and verify its final answer against the
 gold with `eval.grading`, regenerating up to a bound (grp_code reads the data set's own test-verified R1 trace
 instead); translate the verified trace into the graph format with App. C's prompt; check the graph with the
-project's parser (`baselines.grp.parse_graph` and the format rules of Sec. 3.2.1) and, optionally, with the
+project's parser (`sarl.formats.graph.parse_graph` and the format rules of Sec. 3.2.1) and, optionally, with the
 teacher as App. D's verifier (node-label consistency, parent-child coherence); on a failure re-translate with
 the failures as feedback, up to a bound. A verified trace that never becomes a valid graph is kept as a plain
 CoT example ("mixed reasoning formats")."""
@@ -13,11 +13,11 @@ import hashlib
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from baselines.grp import parse_graph
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import full_trace
 from sarl.data.synthesize.verify import graph_issues, llm_verify, trace_rejection, unusable_gold
+from sarl.formats.graph import parse_graph
 
 
 def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:

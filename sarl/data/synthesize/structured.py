@@ -1,7 +1,7 @@
 """The Structured Reasoning recipe (`structured`; Sec. 3/4.1 Eq. 1, App. E.1, A.8, A.14; every number cited in
 conf/synthesize/recipe/structured.yaml): answer each question several times with randomised tag orderings
 through the fill-in-the-middle prefix of App. A.14; keep the samples that are correct (`eval.grading`) and
-pass the tag checker (`baselines.structured_prompt`); then keep the problems with the lowest correctness rate
+pass the tag checker (`sarl.formats.tags`); then keep the problems with the lowest correctness rate
 (at least one correct) and the richest tag usage."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import random
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from baselines.structured_prompt import TAGS, parse_structured, structured_prompt
 from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import Reply, full_trace
 from sarl.data.synthesize.verify import structured_issues, unusable_gold
+from sarl.formats.tags import TAGS, parse_structured, structured_prompt
 
 
 def structured_request(ctx: Context, problem: Problem, tags: Sequence[str]) -> tuple[list[dict[str, Any]], dict, str]:

@@ -8,17 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from baselines.grp import _gradable, reasoning_graph
-from baselines.structured_prompt import format_score, parse_structured
 from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import Problem
 from sarl.data.synthesize.teacher import Reply, full_trace
+from sarl.formats.graph import gradable_answer, reasoning_graph
+from sarl.formats.tags import format_score, parse_structured
 
 
 def graph_issues(parse: Any, golds: Sequence[str], task: str, grader: Any) -> list[tuple[str, str]]:
     """(violation type, message naming the node) for a translated graph: the parse error of
-    `baselines.grp.parse_graph`, GRP's format rules (Sec. 3.2.1: known nodes have no parents, an aggregate
+    `sarl.formats.graph.parse_graph`, GRP's format rules (Sec. 3.2.1: known nodes have no parents, an aggregate
     node > 1 parent, a refine node exactly 1, an aggregate or refine label wraps exactly one node, nodes in
     one label are parallel), parents that are no node, cycles, and the answer: present, and for math equal to
     the gold (`eval.grading`). Empty when the graph passes."""
@@ -66,7 +66,7 @@ def graph_issues(parse: Any, golds: Sequence[str], task: str, grader: Any) -> li
     if not parse.answer:
         issues.append(("no_answer", "there is no non-empty <answer>...</answer> after </think>"))
     elif task == "math":
-        pred = extract_answer(_gradable(parse.answer))
+        pred = extract_answer(gradable_answer(parse.answer))
         if pred is None or not grader.check_any(pred, golds).ok:
             issues.append(("answer_mismatch", "the <answer> block does not state the trace's verified final answer"))
     return issues
@@ -94,7 +94,7 @@ def parse_verdict(text: str) -> dict[str, Any] | None:
 
 
 def structured_issues(text: str) -> list[tuple[str, str]]:
-    """Why a response fails the tag checker (`baselines.structured_prompt`: `format_score` 1 and no unknown
+    """Why a response fails the tag checker (`sarl.formats.tags`: `format_score` 1 and no unknown
     tag): [(reason, message)], empty when it passes."""
     p = parse_structured(text, "tags")
     if format_score(p) == 1.0 and p.unknown_tags == 0:

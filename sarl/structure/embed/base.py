@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sarl.contract.threads import run_each
 from sarl.structure.kernels import ROW_NON_FINITE, ROW_NORM_OVERFLOW, ROW_OK, ROW_ZERO_NORM, normalise_rows
-from sarl.structure.threads import run_each
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ def build_chat_policy(path: Path) -> None:
     import torch
     from transformers import Qwen3ForCausalLM
 
-    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
+    from sarl.smoke.policy import build_tokenizer, qwen3_config
 
     texts = [line for line in SFT_FIXTURE.read_text().splitlines()] + [
         (REPO / "sarl/smoke/data/traces.jsonl").read_text()[:20000]

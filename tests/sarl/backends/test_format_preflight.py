@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines.grp import parse_graph
+from sarl.formats.graph import parse_graph
 from sarl.launch.compose import compose_train_config
 from sarl.launch.format_preflight import check_format, greedy_responses, parseable_share, transformers_generate
 from sarl.runtime.errors import UserError
@@ -20,7 +20,7 @@ GRAPH = (
     '{"id": 2, "parents_id": [1], "content": "so x = 6"}\n</aggregate>\n</think>\n<answer>\\boxed{6}</answer>'
 )
 PLAIN = "<think>\nx + y = 10, so x = 6.\n</think>\n\nThe answer is \\boxed{6}."
-CHECK = ["+exp=smoke", "reward=grp", "format_check.parser=baselines.grp.parse_graph"]
+CHECK = ["+exp=smoke", "reward=grp", "format_check.parser=sarl.formats.graph.parse_graph"]
 
 
 def test_the_share_counts_parseable_responses_and_names_the_reasons():
@@ -40,7 +40,9 @@ def test_the_check_passes_at_the_threshold_and_stops_below_it():
 
     assert check_format(cfg, answers(GRAPH, GRAPH, PLAIN, PLAIN)) == 0.5
     assert len(seen[0]) == 4 and seen[0][0][0]["role"] == "user"  # the run's first four prompts
-    with pytest.raises(UserError, match=r"format_check: 25% of 4 responses .* parse with baselines.grp.parse_graph"):
+    with pytest.raises(
+        UserError, match=r"format_check: 25% of 4 responses .* parse with sarl.formats.graph.parse_graph"
+    ):
         check_format(cfg, answers(GRAPH, PLAIN, PLAIN, PLAIN))
     off, _ = compose_train_config(["+exp=smoke", "reward=grp"])
     assert check_format(off, answers(PLAIN)) is None  # no parser: no check
@@ -51,7 +53,7 @@ def test_the_check_passes_at_the_threshold_and_stops_below_it():
 @pytest.mark.parametrize("row", ["grpo_grp_math", "pasc_grpo_grp_math", "grp_math_paper"])
 def test_grp_rows_check_the_format(row):
     cfg, _ = compose_train_config([f"+exp={row}"])
-    assert cfg.format_check.parser == "baselines.grp.parse_graph" and cfg.format_check.min_share == 0.5
+    assert cfg.format_check.parser == "sarl.formats.graph.parse_graph" and cfg.format_check.min_share == 0.5
 
 
 def test_a_policy_that_cannot_write_the_format_stops_the_run_with_exit_2(tmp_path, chat_policy_dir):

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sarl.backends.trl.policy import PROGRESS_LINES, STAMP, build_policy
 from sarl.runtime.files import CONF_DIR, resolve_path
+from sarl.smoke.policy import PROGRESS_LINES, STAMP, build_policy
 
 
 def test_the_build_logs_its_progress_with_the_time_to_go_and_is_then_reused(tmp_path, caplog):
     spec = small_spec()
-    with caplog.at_level(logging.INFO, logger="sarl.backends.trl.policy"):
+    with caplog.at_level(logging.INFO, logger="sarl.smoke.policy"):
         out = build_policy(spec, tmp_path)
     lines = [r.getMessage() for r in caplog.records]
     assert (out / STAMP).is_file()
@@ -23,7 +23,7 @@ def test_the_build_logs_its_progress_with_the_time_to_go_and_is_then_reused(tmp_
     assert [p.split()[4].rstrip(",") for p in progress] == [f"{n}/20" for n in range(2, 20, 20 // PROGRESS_LINES)]
     assert all("s so far, about" in p and p.endswith("s to go") for p in progress)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="sarl.backends.trl.policy"):
+    with caplog.at_level(logging.INFO, logger="sarl.smoke.policy"):
         assert build_policy(spec, tmp_path) == out
     assert [r.getMessage() for r in caplog.records] == [f"policy: reusing {out}"]
 
@@ -39,7 +39,7 @@ def small_spec() -> dict:
 
 BUILD_IN_CHILD = """
 import json, logging, sys
-from sarl.backends.trl.policy import build_policy
+from sarl.smoke.policy import build_policy
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 print(build_policy(json.loads(sys.argv[1]), sys.argv[2]))
 """

@@ -14,9 +14,10 @@ from testkit import HELDOUT_SMALL, run_module, smoke_small, without_vllm
 
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
-from sarl.backends.trl.run import batch_plan, policy_path, unsupported
+from sarl.backends.trl.run import batch_plan, unsupported
+from sarl.contract.reward import RewardFunction, RewardOutput, reward_class
 from sarl.launch.compose import compose_train_config
-from sarl.structure.interface import RewardFunction, RewardOutput, reward_class
+from sarl.smoke.policy import policy_path
 from sarl.train import UnsupportedOnBackend, check_supported, main
 
 pytest.importorskip("trl")

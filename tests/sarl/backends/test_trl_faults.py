@@ -12,9 +12,10 @@ from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.rewards import TRLReward
-from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, policy_path, prompt_dataset
+from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, prompt_dataset
+from sarl.contract.reward import RewardFunction, RewardOutput, RewardsFailedError
 from sarl.launch.compose import compose_train_config
-from sarl.structure.interface import RewardFunction, RewardOutput, RewardsFailedError
+from sarl.smoke.policy import policy_path
 from sarl.train import main
 
 pytest.importorskip("trl")

@@ -110,6 +110,32 @@ def test_the_fixes_name_the_single_changes_that_fit():
 # -- the dry run ---------------------------------------------------------------------------
 
 
+def test_dpo_opens_fsdp_settings_take_effect_in_accelerates_plugin(monkeypatch, tmp_path):
+    """What the Trainer hands accelerate under the installed transformers (the GPU node's 5.9.0, requirements/
+    cpu.lock): the plugin built from `args.fsdp_plugin_args` as trainer.py builds it wraps each decoder layer, is
+    FSDP2 with full resharding and saves whole models. Under 5.9.0, `fsdp: true` with the same fsdp_config gave no
+    wrapping (each rank held the whole model) and sharded checkpoints (final/ without weights)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import StateDictType
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from sarl.backends.trl.run import bf16_as_on_the_gpu_node, trainer_args
+
+    cfg = dpo_open()
+    monkeypatch.delenv("FSDP_STATE_DICT_TYPE", raising=False)
+    for key, value in distributed.fsdp_environment(cfg).items():
+        monkeypatch.setenv(key, value)
+    with bf16_as_on_the_gpu_node(cfg):
+        args = trainer_args(cfg, tmp_path)
+    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert plugin.auto_wrap_policy is transformer_auto_wrap_policy
+    assert plugin.state_dict_type == StateDictType.FULL_STATE_DICT
+    # the same arguments without the environment: the plugin falls back to FSDP2's sharded checkpoints
+    monkeypatch.delenv("FSDP_STATE_DICT_TYPE")
+    assert FullyShardedDataParallelPlugin(**args.fsdp_plugin_args).state_dict_type != StateDictType.FULL_STATE_DICT
+
+
 def test_dpo_open_dry_run_shows_bf16_checkpointing_fsdp_and_the_torchrun_command(capsys, tmp_path):
     run = tmp_path / "run"
     assert main(["+exp=dpo_open", "train.dry_run=true", f"run_dir={run}"]) == 0
@@ -118,7 +144,7 @@ def test_dpo_open_dry_run_shows_bf16_checkpointing_fsdp_and_the_torchrun_command
     args = printed["args"]
     assert printed["trainer"] == "DPOTrainer" and printed["model"] == "Qwen/Qwen3-4B"
     assert args["bf16"] is True and args["gradient_checkpointing"] is True and args["use_cpu"] is False
-    assert args["fsdp"] is True
+    assert args["fsdp"] == ["full_shard", "auto_wrap"]
     fsdp = args["fsdp_config"]
     assert fsdp["version"] == 2 and fsdp["reshard_after_forward"] is True
     assert fsdp["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP" and fsdp["state_dict_type"] == "FULL_STATE_DICT"
@@ -151,7 +177,7 @@ def test_single_process_rows_are_unchanged(tmp_path):
     cfg, _ = compose_train_config(["+exp=smoke"])
     printed = dry_run_config(cfg, tmp_path)
     assert "launch" not in printed
-    assert printed["args"]["fsdp"] is None and printed["args"]["bf16"] is False
+    assert printed["args"]["fsdp"] in (None, []) and printed["args"]["bf16"] is False  # no FSDP (5.9 prints [])
     assert printed["args"]["gradient_checkpointing"] is False
     one = dpo_open("backend.distributed=null", "backend.bf16=false", "backend.gradient_checkpointing=false")
     assert distributed.processes(one) == 1 and "launch" not in dry_run_config(one, tmp_path)

@@ -234,7 +234,7 @@ def test_a_reward_that_cannot_be_built_in_the_reward_workers_is_counted_and_stop
     """A reward whose constructor raises in verl's reward workers: each response is a failed reward (left out,
     counted in reward/failed, not dropped by verl's reward loop), and train.max_failed_steps such steps stop the run
     (exit 1, one line). verl would otherwise sample such groups again for ever. The same failed outputs come from a
-    reward whose scoring raises (sarl.structure.metrics.scored_or_failed; tests/sarl/backends/test_verl_reward.py)."""
+    reward whose scoring raises (sarl.contract.metrics.scored_or_failed; tests/sarl/backends/test_verl_reward.py)."""
     run = run_row(
         tmp_path / "raises",
         "grpo_gt_math",

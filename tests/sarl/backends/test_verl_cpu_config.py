@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from sarl.backends.verl import cpu
 from sarl.launch.compose import compose_user_config
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.overrides import merged_overrides
 
 ROWS = sorted(p.stem for p in (CONF_DIR / "exp").glob("*.yaml"))
 
@@ -104,7 +105,7 @@ def test_the_verl_settings_of_a_cpu_run():
 
 
 def test_merged_overrides_drop_the_earlier_value_of_a_key():
-    merged = cpu.merged_overrides(["+exp=x", "data=sft_structured", "train.x=1"], ["data=sft_smoke"])
+    merged = merged_overrides(["+exp=x", "data=sft_structured", "train.x=1"], ["data=sft_smoke"])
     assert merged == ["+exp=x", "train.x=1", "data=sft_smoke"]
 
 
@@ -112,8 +113,8 @@ def test_code_rows_train_on_the_shipped_code_prompts_with_tests(tmp_path):
     """Rows whose data is `setting: code` get conf/data/smoke_code.yaml (prompts with tests, not the arithmetic
     smoke prompts); each shipped problem's reference solution passes its tests in the sandbox, a wrong one fails."""
     from baselines.code_exec import CodeExecReward
+    from sarl.contract.reward import RolloutBatch
     from sarl.runtime.files import read_jsonl, resolve_path
-    from sarl.structure.interface import RolloutBatch
 
     plain, choices = compose("+exp=grpo_code_exec", "backend=verl_cpu")
     assert choices["data"] == "smoke_code" and choices["reward"] == "code_exec" and choices["model"] == "tiny_qwen3"

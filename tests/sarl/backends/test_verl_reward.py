@@ -11,7 +11,7 @@ from fakes import KeywordEmbedder
 from omegaconf import OmegaConf
 
 from sarl.backends.verl.reward import is_group_reward, reward_dataproto, rollout_batch_from_dataproto, row_metrics
-from sarl.structure.interface import RewardFunction, RewardOutput
+from sarl.contract.reward import RewardFunction, RewardOutput
 from sarl.structure.reward import StructureReward
 
 verl = pytest.importorskip("verl")

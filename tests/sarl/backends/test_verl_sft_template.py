@@ -40,7 +40,7 @@ def sft_paper_rows() -> list[str]:
 def model_with_template(folder: Path, chat_template: str) -> str:
     """A model directory (a tiny Qwen3 config, no weights) whose tokenizer, trained on the project's SFT traces,
     carries `chat_template`."""
-    from sarl.backends.trl.policy import build_tokenizer, qwen3_config
+    from sarl.smoke.policy import build_tokenizer, qwen3_config
 
     texts = [line for f in sorted((REPO / "sarl" / "samples" / "sft").glob("*.jsonl")) for line in f.open()]
     tok = build_tokenizer(texts, vocab_size=400)

@@ -19,7 +19,6 @@ from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
-from baselines.ttrl import select_for_training  # noqa: E402
 from sarl.backends.verl.config import TRAINER_NAME, validate_verl_config  # noqa: E402
 from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTaskRunner,
@@ -33,7 +32,8 @@ from sarl.backends.verl.trainer import (  # noqa: E402
     streamed_reward_metrics,
     trained_sessions,
 )
-from sarl.structure.interface import RewardsFailedError  # noqa: E402
+from sarl.contract.reward import RewardsFailedError  # noqa: E402
+from sarl.contract.selection import select_for_training  # noqa: E402
 from sarl.train import launch_command
 
 # -- plain functions ----------------------------------------------------------------------------
@@ -607,7 +607,7 @@ def test_truncated_responses_are_left_out_of_reward_and_gradient_when_masking_is
 
 
 def tagged_rows(n):
-    from baselines.structured_prompt import structured_prompt
+    from sarl.formats.tags import structured_prompt
 
     prompts = [[{"role": "user", "content": structured_prompt(f"question {i}")}] for i in range(n)]
     infos = [{"index": i, "id": f"r{i}", "user_prompt": p[0]["content"]} for i, p in enumerate(prompts)]
@@ -617,7 +617,7 @@ def tagged_rows(n):
 def test_tags_are_redrawn_per_sampled_prompt_seeded_by_row_and_epoch(tmp_path, tiny_qwen3_dir):
     """train.resample_tags (Structured Reasoning App. A.4): the prompt the agent loop renders and the
     user_prompt the rewards read carry the draw of (seed, row id, epoch)."""
-    from baselines.structured_prompt import TOP_TAGS, draw_key, question_of, randomized_prompt
+    from sarl.formats.tags import TOP_TAGS, draw_key, question_of, randomized_prompt
 
     config = verl_config(tmp_path, tiny_qwen3_dir, "+exp=grpo_lcs_math", "train.resample_tags=true", "seed=3")
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
@@ -651,8 +651,8 @@ def test_trl_redraws_the_tags_of_a_generation_batch_per_epoch():
     import json
     from types import SimpleNamespace
 
-    from baselines.structured_prompt import draw_key, randomized_prompt
     from sarl.backends.trl.trainer import SarlGRPOTrainer
+    from sarl.formats.tags import draw_key, randomized_prompt
 
     prompts, infos = tagged_rows(2)
     rows = [{"prompt": p, "extra_info_json": json.dumps(e)} for p, e in zip(prompts, infos) for _ in range(3)]

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from sarl.contract.reward import RewardsFailedError
 from sarl.runtime.network import free_port
 from sarl.serving.http import HTTPEmbedder
 from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
 from sarl.structure.embed.local import bundled_minilm_path
-from sarl.structure.interface import RewardsFailedError
 
 pytest.importorskip("trl")
 

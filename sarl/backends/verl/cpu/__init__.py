@@ -62,7 +62,7 @@ SFT_TRAIN = {
 # The tiny policy of each output format (output_format): warm-started on the smoke traces written in that format,
 # so that its responses score differently under the row's reward (conf/model/tiny_qwen3*.yaml)
 TINY_POLICIES = {"plain": "tiny_qwen3", "tagged": "tiny_qwen3_tagged", "graph": "tiny_qwen3_graph"}
-GRAPH_PARSER = "baselines.grp.parse_graph"
+GRAPH_PARSER = "sarl.formats.graph.parse_graph"
 # responses of the tagged and graph smoke traces run to ~230 and ~390 tokens (the plain ones fit the smoke set's 192)
 RESPONSE_TOKENS = {"tagged": 256, "graph": 400}
 SMOKE_VAL_PROMPTS = 8  # validation set: the first held-out smoke prompts
@@ -72,19 +72,12 @@ def is_cpu(cfg: DictConfig) -> bool:
     return bool(cfg.backend.get("cpu", False))
 
 
-def _key(override: str) -> str:
-    """The key an override names: `+exp=x` -> exp, `model.path=p` -> model.path, `~a.b` -> a.b."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def _named(overrides: Iterable[str]) -> set[str]:
-    return {_key(o) for o in overrides}
-
-
 def cpu_overrides(cfg: DictConfig, named: Iterable[str]) -> list[str]:
     """Hydra overrides that make the composed row `cfg` a CPU run (module docstring), leaving out every key or group
     in `named` (what the command line names) and every key below a named one."""
-    named = _named(named)
+    from sarl.runtime.overrides import named_keys  # deferred: a package __init__ imports no project module at its top
+
+    named = named_keys(named)
 
     def free(key: str) -> bool:
         return not any(key == n or key.startswith(n + ".") for n in named)
@@ -144,12 +137,6 @@ def _attention_rewards(reward: DictConfig, path: str = "reward") -> list[str]:
 
 def _value(v: Any) -> str:
     return "null" if v is None else str(v)
-
-
-def merged_overrides(overrides: list[str], extra: list[str]) -> list[str]:
-    """`overrides` with `extra` appended, an earlier override of a key that `extra` sets dropped."""
-    replaced = _named(extra)
-    return [o for o in overrides if _key(o) not in replaced] + extra
 
 
 # -- the verl config and environment of a CPU run ----------------------------------------------------------------

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
+from omegaconf import DictConfig, OmegaConf
+
+from sarl.runtime.files import resolve_path
 
 log = logging.getLogger(__name__)
 PROGRESS_LINES = 10  # warm-start progress lines per build
@@ -260,3 +263,20 @@ def _build_policy(spec: dict[str, Any], out: Path, traces_path: Path, traces_sha
         info["build_seconds"],
     )
     return out
+
+
+def policy_path(cfg: DictConfig) -> Path | str:
+    """The model to train: `model.path` (hub id or directory), else the locally built tiny policy."""
+    if cfg.model.get("path"):
+        return cfg.model.path
+    build = cfg.model.get("build")
+    if not build:
+        raise ValueError("model.path is null and model.build is not set: nothing to train")
+
+    spec = OmegaConf.to_container(build, resolve=True)
+    cache_dir = spec.pop("cache_dir")
+    # the build's own seed (model.build.seed): every training seed starts from the same policy; unset, the run's
+    build_seed = spec.pop("seed", None)
+    traces = resolve_path(spec["traces"])
+    spec["traces"] = str(traces)
+    return build_policy(spec, cache_dir, seed=int(cfg.seed if build_seed is None else build_seed))

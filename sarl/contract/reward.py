@@ -143,7 +143,7 @@ class RewardFunction(abc.ABC):
     failure_label: ClassVar[str] = ""  # names the reward in the failure warning; default: the class name
 
     def __init__(self, threads: int | None = 1) -> None:
-        """`threads`: the BLAS/OpenMP threads of the reward's numerical kernels per call (sarl.structure.threads;
+        """`threads`: the BLAS/OpenMP threads of the reward's numerical kernels per call (sarl.contract.threads;
         `threads` in its conf/reward/*.yaml); None leaves the pools as the process has them."""
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(
@@ -191,7 +191,7 @@ def check_reward(reward: Any) -> Any:
         name = reward.__name__ if isinstance(reward, type) else type(reward).__name__
         raise TypeError(
             f"{name} is not a reward: it lacks {', '.join(missing)} "
-            "(derive it from sarl.structure.interface.RewardFunction)"
+            "(derive it from sarl.contract.reward.RewardFunction)"
         )
     return reward
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sarl.structure.interface import Reward, RewardOutput, RolloutBatch
+from sarl.contract.reward import Reward, RewardOutput, RolloutBatch
 
 log = logging.getLogger(__name__)
 

@@ -113,9 +113,7 @@ def question_of(prompt: str) -> str:
     """The question of a prompt written by `structured_prompt` (its inverse); ValueError for any other text."""
     first, sep, rest = prompt.partition(".\n")
     if not (first.startswith(_PROMPT_HEAD) and sep and rest.endswith(_PROMPT_TAIL)):
-        raise ValueError(
-            "not a Structured Reasoning tagged-step prompt (baselines.structured_prompt.structured_prompt)"
-        )
+        raise ValueError("not a Structured Reasoning tagged-step prompt (sarl.formats.tags.structured_prompt)")
     return rest[: -len(_PROMPT_TAIL)]
 
 
