@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first GPU session, in one command on one 8-GPU node (docs/gpu.md section 3: estimated 1.5-2.5 hours,
 # not yet measured), each step's output in runs/gpu_session/<date>_<time>/:
-#   1. the stack: `pip install -e .[gpu,dev]` in .venv-gpu;
+#   1. the stack: requirements/gpu.lock (the versions CI tests) and this package in .venv-gpu;
 #   2. the paper row's inputs: its data prepared, its policy and embedding model downloaded;
 #   3. `sarl.preflight` of grpo_sarl_math on this node (stack, driver, GPUs, memory plan, embedding server);
 #   4. the one-GPU suite (`pytest -m gpu -k "not several_gpus"`);
@@ -38,7 +38,7 @@ install() {
   [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$PY" ] && return 0
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$PY" -m pip install -q --upgrade pip
-  "$PY" -m pip install -q -e ".[gpu,dev]"
+  "$PY" -m pip install -q -r requirements/gpu.lock && "$PY" -m pip install -q --no-deps -e .
 }
 
 inputs() {  # the paper row's data and models, as missing_paper_inputs names them

@@ -115,6 +115,7 @@ def test_the_gpu_session_script_runs_the_suite_and_the_several_gpu_runs():
     several = {t for t in GPU_TESTS if "several_gpus" in t}
     assert several == {f"tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus[{r.name}]" for r in NODE_ROWS}
     assert '-k "not several_gpus"' in text and "-k several_gpus" in text
+    assert "pip install -q -r requirements/gpu.lock" in text  # the versions CI tests (tests/test_lock.py)
     from sarl.launch.compose import compose_train_config
 
     for row in (r for r in NODE_ROWS if r.paper_models):
