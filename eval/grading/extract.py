@@ -27,6 +27,9 @@ _REST_OF_LINE = re.compile(r"[^$\n]*")
 _ANSWER_LINE = re.compile(
     r"(?i:answer)[ \t]*\**[ \t]*:[ \t]*\**[ \t]*(?:\$|\\\(|\\boxed\{|\\text\{|\\textbf\{|\(|\*\*)*[ \t]*"
     r"([A-Z])(?![A-Za-z0-9])"
+    # a hedge is no answer: the letter followed by a list of others ("A, B, C or D", "A/B", "(A) and (B)")
+    r"(?![)}\]$*\\]*[ \t]*(?:[,/;&]|(?i:or|and)(?![A-Za-z]))[ \t]*(?:\$|\\\(|\\boxed\{|\\text\{|\(|\*\*)*[ \t]*"
+    r"[A-Z](?![A-Za-z0-9]))"
 )
 
 
@@ -61,7 +64,8 @@ def extract_answer(text: str, *, answer_in_unclosed_think: bool = False) -> str 
 def extract_answer_line(text: str, *, answer_in_unclosed_think: bool = False) -> str | None:
     """The letter (A-Z) of the last "Answer: X" in the final answer part (`strip_thinking`), markup around the
     letter allowed ("**Answer:** (B)", "Answer: $B$", "Answer: \\boxed{B}"); None if there is none. The letter
-    must stand alone: "Answer: Because ..." is no answer."""
+    must stand alone: "Answer: Because ..." is no answer, nor is a hedge over several letters ("Answer: A, B, C or
+    D", "Answer: A/B")."""
     if not isinstance(text, str):
         return None
     found = _ANSWER_LINE.findall(strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think))

@@ -200,6 +200,12 @@ def test_a_row_its_data_config_did_not_build_is_a_one_line_error(tmp_path):
         ("The answer is \\boxed{A}", None),  # the template asks for "Answer: X"
         ("Answer: A\nAnswer: B\nAnswer: C\nAnswer: D", "D"),  # every letter listed: only the last one counts
         ("Answer: ABCD", None),  # all letters in one: no answer
+        ("Answer: A, B, C or D", None),  # a hedge over the options: no answer
+        ("Answer: A/B", None),
+        ("Answer: (A) and (B)", None),
+        ("Answer: \\boxed{A} or \\boxed{B}", None),
+        ("Answer: B (I think)", "B"),  # what follows one letter is not another option
+        ("Answer: C, because x is large", "C"),
     ],
 )
 def test_answer_line_reads_the_last_answer_letter(text, letter):
