@@ -9,9 +9,10 @@ plan: `sarl.backends.trl.checks`) and starts
 as the leader of its own process group (`sarl.runtime.signals.run_in_own_group`: Ctrl-C, SIGTERM or a SLURM
 preemption stops torchrun and every rank). Each rank reads the resolved config and runs
 `sarl.backends.trl.run.train`. The FSDP settings are transformers' `TrainingArguments.fsdp` and `fsdp_config`
-(from `backend.fsdp_config`): the Trainer builds accelerate's FSDP plugin from them (transformers 5.10
-trainer.py:806-810) and its mixed precision from `bf16` (accelerate 1.15 state.py:1015), so no accelerate config
-file is involved and a dry run prints them with the other arguments. One process (`distributed: null`, the smoke
+(from `backend.fsdp_config`, said so that transformers 5.9.0 hears them: `fsdp_args`, `fsdp_environment`): the
+Trainer builds accelerate's FSDP plugin from them (transformers 5.9.0 trainer.py:797-805) and its mixed precision
+from `bf16` (accelerate 1.15 state.py:1015), so no accelerate config file is involved and a dry run prints them
+with the other arguments. One process (`distributed: null`, the smoke
 rows) runs in `sarl.train`'s own process as before.
 """
 
