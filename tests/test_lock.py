@@ -5,6 +5,7 @@ pyproject.toml; and the environment these tests run in is cpu.lock's."""
 import re
 import runpy
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -69,13 +70,13 @@ def test_same_version_allows_only_a_local_build_label(installed, locked, same):
 
 def test_preflight_fails_a_package_off_the_lock_and_names_it(tmp_path):
     lock = tmp_path / "gpu.lock"
-    lock.write_text(f"pytest=={stack.metadata.version('pytest')}\n    # via sarl\nnumpy==0.0.1\nno-such-pkg==1.0\n")
+    lock.write_text(f"pytest=={metadata.version('pytest')}\n    # via sarl\nnumpy==0.0.1\nno-such-pkg==1.0\n")
     row = verl_preflight.check_lock(lock)
     assert (
         not row.ok
-        and row.detail == "no-such-pkg missing (lock 1.0), numpy " + (f"{stack.metadata.version('numpy')} (lock 0.0.1)")
+        and row.detail == "no-such-pkg missing (lock 1.0), numpy " + (f"{metadata.version('numpy')} (lock 0.0.1)")
         and str(lock) in row.fix
     )
-    lock.write_text(f"pytest=={stack.metadata.version('pytest')}\n")
+    lock.write_text(f"pytest=={metadata.version('pytest')}\n")
     assert verl_preflight.check_lock(lock).ok
     assert verl_preflight.check_lock(tmp_path / "absent.lock").ok

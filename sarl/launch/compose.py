@@ -49,7 +49,9 @@ def compose_user_config(overrides: list[str], named: list[str] | None = None) ->
     try:
         cfg, choices = compose_train_config(overrides)
         if cfg.backend.get("recompose") and not cfg.get("pipeline"):
-            extra = load_function(str(cfg.backend.recompose))(cfg, overrides if named is None else named)
+            extra = config_function("backend.recompose", str(cfg.backend.recompose))(
+                cfg, overrides if named is None else named
+            )
             cfg, choices = compose_train_config(merged_overrides(overrides, extra))
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
@@ -58,10 +60,17 @@ def compose_user_config(overrides: list[str], named: list[str] | None = None) ->
     return cfg, choices
 
 
-def load_function(dotted: str) -> Any:
-    """The function a config names by its dotted path (`package.module.function`)."""
+def config_function(key: str, dotted: str) -> Any:
+    """The function config key `key` names by its dotted path (`module.function`); UserError if it cannot be
+    imported."""
     module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+    try:
+        fn = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):
+        fn = None
+    if not callable(fn):
+        raise UserError(f"{key}={dotted!r}: not an importable function (module.function)")
+    return fn
 
 
 def check_model_paths(cfg: DictConfig) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl.run import FINAL_SUBDIR
-from sarl.launch.compose import check_model_paths, compose_user_config
+from sarl.launch.compose import check_model_paths, compose_user_config, config_function
 from sarl.runtime.errors import UserError
 from sarl.runtime.weights import verl_actor_problem, weight_files, weights_problem
 
@@ -206,13 +206,4 @@ def run_pipeline(
 
 def pipeline_report(dotted: str) -> Callable[[Path, dict[str, Path]], None]:
     """The function `pipeline_report` names (`module.function`); UserError if it cannot be imported."""
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    try:
-        fn = getattr(importlib.import_module(module), name) if module else None
-    except (ImportError, AttributeError):
-        fn = None
-    if not callable(fn):
-        raise UserError(f"pipeline_report={dotted!r}: not an importable function (module.function)")
-    return fn
+    return config_function("pipeline_report", dotted)

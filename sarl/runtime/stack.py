@@ -5,8 +5,9 @@ where the CPU environment is not cpu.lock's or the two locks diverge (decisions 
 from __future__ import annotations
 
 import re
-from importlib import metadata
 from pathlib import Path
+
+from sarl.runtime.node_checks import installed_version
 
 LOCK_DIR = Path(__file__).resolve().parents[2] / "requirements"
 GPU_LOCK = LOCK_DIR / "gpu.lock"
@@ -50,10 +51,7 @@ def diverging(lock: dict[str, str]) -> list[tuple[str, str | None, str]]:
     the lock's version."""
     out = []
     for name, want in sorted(lock.items()):
-        try:
-            have = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            have = None
+        have = installed_version(name)
         if have is None or not same_version(have, want):
             out.append((name, have, want))
     return out

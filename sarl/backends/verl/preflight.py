@@ -71,9 +71,10 @@ def check_lock(lock_path: Path = stack.GPU_LOCK) -> Check:
     name = "stack = requirements/gpu.lock"
     if not lock_path.is_file():
         return Check(name, True, f"{lock_path} absent (not an editable install): not checked", "")
-    diffs = stack.diverging(stack.read_lock(lock_path))
+    lock = stack.read_lock(lock_path)
+    diffs = stack.diverging(lock)
     if not diffs:
-        return Check(name, True, f"{len(stack.read_lock(lock_path))} packages at the lock's versions", "")
+        return Check(name, True, f"{len(lock)} packages at the lock's versions", "")
     return Check(name, False, stack.describe(diffs), f"pip install -r {lock_path} in this venv")
 
 

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from sarl.backends.verl import cpu
 from sarl.launch.compose import compose_user_config
+from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
 from sarl.runtime.overrides import merged_overrides
 
@@ -107,6 +108,11 @@ def test_the_verl_settings_of_a_cpu_run():
 def test_merged_overrides_drop_the_earlier_value_of_a_key():
     merged = merged_overrides(["+exp=x", "data=sft_structured", "train.x=1"], ["data=sft_smoke"])
     assert merged == ["+exp=x", "train.x=1", "data=sft_smoke"]
+
+
+def test_a_recompose_that_names_no_function_is_one_line_naming_the_key():
+    with pytest.raises(UserError, match=r"^backend.recompose=.sarl.backends.verl.cpu.nope.: not an importable"):
+        compose_user_config(["+exp=grpo_gt_math", "backend=verl_cpu", "backend.recompose=sarl.backends.verl.cpu.nope"])
 
 
 def test_code_rows_train_on_the_shipped_code_prompts_with_tests(tmp_path):
