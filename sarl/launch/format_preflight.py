@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig
 
+from sarl.launch.compose import config_function
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import resolve_path
 from sarl.smoke.policy import policy_path
@@ -105,12 +106,10 @@ def check_format(cfg: DictConfig, generate: Generate | None = None) -> float | N
     fc = cfg.get("format_check")
     if not fc or not fc.get("parser") or cfg.algorithm.name in ("sft", "dpo"):
         return None
-    from hydra.utils import get_method
-
     n, min_share = int(fc.n_prompts), float(fc.min_share)
     if n < 1 or not 0.0 <= min_share <= 1.0:
         raise UserError(f"format_check: n_prompts={n} must be >= 1 and min_share={min_share} in [0, 1]")
-    parser = get_method(str(fc.parser))
+    parser = config_function("format_check.parser", str(fc.parser))
     prompts = check_prompts(cfg, n)
     if generate is None:
         model = str(policy_path(cfg))

@@ -48,6 +48,9 @@ def test_the_check_passes_at_the_threshold_and_stops_below_it():
     assert check_format(off, answers(PLAIN)) is None  # no parser: no check
     sft, _ = compose_train_config([*CHECK, "algorithm=sft", "data=sft_smoke"])
     assert check_format(sft, answers(PLAIN)) is None  # the SFT stage that teaches the format is not checked
+    bad, _ = compose_train_config([*CHECK, "format_check.parser=sarl.formats.graph.nope"])
+    with pytest.raises(UserError, match=r"^format_check.parser='sarl.formats.graph.nope': not an importable function"):
+        check_format(bad, answers(GRAPH))
 
 
 @pytest.mark.parametrize("row", ["grpo_grp_math", "pasc_grpo_grp_math", "grp_math_paper"])
