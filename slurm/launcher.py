@@ -252,8 +252,15 @@ def ray_job_env(environ: Mapping[str, str]) -> dict[str, str]:
     themselves (ray 2.60 ray/_private/authentication/authentication_token_setup.py
     maybe_enable_token_auth_if_token_available), so the workers and the driver would be refused. Without a
     RAY_AUTH_MODE of the user's, the job's Ray runs with `disabled`, what `ray start` does where there is no
-    token file; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file)."""
-    return {**environ, "RAY_AUTH_MODE": environ.get("RAY_AUTH_MODE") or "disabled"}
+    token file; with RAY_AUTH_MODE=token every node needs the token (RAY_AUTH_TOKEN or the file).
+    The nodes stop without draining (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0, unless the user set it): on SIGTERM
+    `ray start --block` otherwise waits 30 s per node for Ray Serve traffic to quiesce (ray 2.60
+    ray/_private/node.py `_drain_node_before_shutdown`), and a job's nodes serve none; the run is over by then."""
+    return {
+        **environ,
+        "RAY_AUTH_MODE": environ.get("RAY_AUTH_MODE") or "disabled",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": environ.get("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S") or "0",
+    }
 
 
 @contextlib.contextmanager

@@ -134,7 +134,9 @@ def verl_batch():
 SCOPE_GROUPS = {"tests/slurm/": "tests/slurm/", "tests/sarl/embed/": "tests/sarl/embed/"}
 VERL_CPU = "tests/sarl/backends/test_verl_cpu.py"
 VERL_CPU_SECOND = (  # the graph and tagged policies' rows, the code row, the Dr. GRPO and EVOL-RL rows (the EVOL-RL
-    "test_pasc_grpo_grp_math",  # RLVR row, evol_rl_rlvr_paper, runs in the first half, the shorter one)
+    # RLVR row, evol_rl_rlvr_paper, runs in the first half, the shorter one), in this order: the first half's first
+    # run builds the plain policy (minutes) while this half's first runs build the graph and tagged ones
+    "test_pasc_grpo_grp_math",
     "test_grpo_lcs_maxflow_math",
     "test_lcs_paper_pipeline",
     "test_grpo_code_exec",
@@ -165,6 +167,14 @@ def work_scope(nodeid: str) -> str:
     return next((group for prefix, group in SCOPE_GROUPS.items() if path.startswith(prefix)), path)
 
 
+def unit_order(nodeid: str) -> int:
+    """A test's place within its unit: the second verl CPU half in VERL_CPU_SECOND's order, the rest as collected."""
+    path, _, name = nodeid.partition("::")
+    if path == VERL_CPU:
+        return next((i for i, prefix in enumerate(VERL_CPU_SECOND) if name.startswith(prefix)), -1)
+    return 0
+
+
 def scope_rank(scope: str) -> int:
     return next(
         (i for i, unit in enumerate(LONGEST_FIRST) if scope == unit or scope.startswith(unit + "/")), len(LONGEST_FIRST)
@@ -174,7 +184,7 @@ def scope_rank(scope: str) -> int:
 def pytest_collection_modifyitems(config, items):
     """The longest units first (a stable sort: the rest keep their order). Every worker sorts the same way, so the
     collections stay identical, as pytest-xdist requires."""
-    items.sort(key=lambda item: scope_rank(work_scope(item.nodeid)))
+    items.sort(key=lambda item: (scope_rank(work_scope(item.nodeid)), unit_order(item.nodeid)))
 
 
 def pytest_xdist_make_scheduler(config, log):

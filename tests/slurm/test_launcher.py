@@ -311,6 +311,8 @@ def test_a_worker_node_joins_the_published_head_address_with_its_own(fake_python
     )
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the user's choice is every node's
     assert ray_job_env(os.environ)["RAY_AUTH_MODE"] == "token"
+    assert ray_job_env({})["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"  # no 30 s drain per node at the end
+    assert ray_job_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "5"})["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "5"
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ from sarl.reports.heldout import HeldOut, table
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.runs import wandb_init
-from sarl.runtime.weights import WEIGHT_FILES, trained_state, weights_problem
+from sarl.runtime.weights import WEIGHT_FILES, weights_problem
 from sarl.smoke.policy import policy_path
 
 log = logging.getLogger("sarl.train.trl")
@@ -444,6 +444,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # the recorder prints one line per step instead of the raw dict
+        distributed.watch_sharding(trainer, cfg, run_dir)  # several processes: sharded by FSDP, or stop
         try:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         except RewardsFailedError as err:
@@ -453,16 +454,18 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             return 1
         final = run_dir / FINAL_SUBDIR
         trainer.save_model(str(final))  # every rank: FSDP gathers the whole model, rank 0 writes it
+        state, numel = distributed.trained_state(trainer)  # every rank: FSDP gathers it again for rank 0
         if not main:
             return 0
         tokenizer.save_pretrained(str(final))
-        state, numel = trained_state(trainer.accelerator.unwrap_model(trainer.model))
         problem = weights_problem(final, state, numel)  # no run ends without its weights
         if problem:
             log.error("the run saved no usable model: %s", problem)
             stopped = {"steps": trainer.state.global_step, "stopped": f"final checkpoint: {problem}"}
             (run_dir / "summary.json").write_text(json.dumps(stopped, indent=2))
             return 1
+        if state is not None:
+            log.info("%s: every saved tensor equals its trained one", final)
         heldout_block = heldout.report(heldout_before, heldout.after(trainer.model, tokenizer)) if heldout else None
     finally:
         if wandb_run is not None:

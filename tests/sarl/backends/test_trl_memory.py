@@ -1,6 +1,7 @@
 """DPO over the GPUs of a node on TRL (`dpo_open`, decisions §7.5): the memory plan on Qwen3-4B's real config.json
 (docs/gpu.md "DPO on TRL"), the dry run (bf16, gradient checkpointing, FSDP, the torchrun command), the checks that
-refuse a plan that does not fit, the single-process rows unchanged, and the multi-process launch on CPU."""
+refuse a plan that does not fit, the single-process rows unchanged, and the multi-process launch on CPU, sharded
+by FSDP2 over gloo."""
 
 import json
 import logging
@@ -229,6 +230,51 @@ def test_the_processes_need_their_gpus(monkeypatch):
     (cpu,) = distributed.check_devices(dpo_open("backend.distributed=null"))
     assert "backend.bf16=true" in cpu.detail and "backend.bf16=false" in cpu.fix
     assert distributed.check_devices(dpo_open("backend.use_cpu=true")) == []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # FSDP2 on the CPU: its mesh would take the GPU
+    (hidden,) = distributed.check_devices(dpo_open("backend.use_cpu=true"))
+    assert "FSDP2 would shard onto GPU 0" in hidden.detail and "CUDA_VISIBLE_DEVICES=" in hidden.fix
+    assert distributed.check_devices(dpo_open("backend.use_cpu=true", "backend.distributed=null")) == []
+
+
+def test_fsdp_on_the_cpu_is_on_only_for_a_cpu_run_of_several_processes():
+    """A GPU run's accelerate state is accelerate's own; a CPU run of several processes gets FSDP as on a GPU."""
+    from accelerate.state import AcceleratorState
+
+    own = AcceleratorState.__init__
+    for cfg in (dpo_open(), dpo_open("backend.use_cpu=true", "backend.distributed=null")):
+        with distributed.fsdp_on_the_cpu(cfg):
+            assert AcceleratorState.__init__ is own
+    with distributed.fsdp_on_the_cpu(dpo_open("backend.use_cpu=true")):
+        assert AcceleratorState.__init__ is not own
+    assert AcceleratorState.__init__ is own
+
+
+def test_a_rank_that_fsdp_did_not_shard_stops_the_run(tmp_path):
+    """The rank's record of a model as DDP leaves it (every parameter whole) or with unwrapped layers names what did
+    not take effect, and a Trainer whose accelerator has no FSDP stops before training: never DDP instead."""
+    import types
+
+    import torch
+    from accelerate.utils import DistributedType
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    whole = distributed.sharding(model, ["Linear"])
+    assert whole["local_numel"] == whole["numel"] == 30 and whole["layers"] == 2 and whole["layers_sharded"] == 0
+    record = {"distributed_type": "MULTI_CPU", "auto_wrap_policy": None, "policy": whole}
+    assert distributed.sharding_problem(record) == "accelerate's state is MULTI_CPU, not FSDP"
+    record["distributed_type"] = "FSDP"
+    assert distributed.sharding_problem(record) == "the policy's parameters are not sharded (30 of 30 here)"
+    sharded = {**whole, "dtensor_params": 4, "local_numel": 15}
+    record.update(policy=sharded, auto_wrap_policy="transformer_auto_wrap_policy")
+    assert distributed.sharding_problem(record) == "0 of the 2 decoder layers are FSDP units of their own"
+    assert distributed.sharding_problem({**record, "policy": {**sharded, "layers_sharded": 2}}) is None
+    ddp = types.SimpleNamespace(
+        is_fsdp_enabled=False,
+        accelerator=types.SimpleNamespace(state=types.SimpleNamespace(distributed_type=DistributedType.MULTI_CPU)),
+    )
+    with pytest.raises(distributed.ShardingNotInEffect, match="state is MULTI_CPU, not FSDP"):
+        distributed.watch_sharding(ddp, dpo_open("backend.use_cpu=true"), tmp_path)
+    distributed.watch_sharding(ddp, dpo_open("backend.distributed=null"), tmp_path)  # one process: nothing to shard
 
 
 def test_what_several_processes_refuse():
@@ -245,10 +291,22 @@ def test_what_several_processes_refuse():
 
 
 @pytest.mark.slow
-def test_dpo_over_two_processes_on_cpu_trains_and_writes_the_run_once(policy_cache, tmp_path):
-    """The launch path of dpo_open on 2 CPU processes: torchrun in its own process group, each rank on the config
-    the run wrote, rank 0 writing metrics, final checkpoint and summary. On the CPU accelerate leaves FSDP off
-    (DDP over gloo): the sharding itself needs GPUs (docs/gpu.md)."""
+def test_dpo_over_two_processes_on_cpu_shards_with_fsdp2_and_writes_the_run_once(
+    policy_cache, tmp_path, capfd, monkeypatch
+):
+    """dpo_open's launch path on 2 CPU processes with FSDP really on: torchrun in its own process group, each rank on
+    the config the run wrote, accelerate's FSDP2 over gloo (`distributed.fsdp_on_the_cpu`: accelerate leaves FSDP
+    off on the CPU by itself), the Trainer's FULL_STATE_DICT save. What each rank recorded once its models were
+    prepared: an FSDP state, FSDP2, the transformer wrap policy with each decoder layer an FSDP unit of its own,
+    bf16 parameters gathered from float32 shards, whole-model state dicts, and half of the policy's and of the
+    reference's parameter elements held by each rank. Rank 0 writes metrics, `final/` and the summary; `final/`
+    holds the whole model, checked tensor by tensor against the gathered trained one (sarl.runtime.weights)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from sarl.runtime.weights import weights_problem
+
     run = tmp_path / "run"
     argv = [
         "+exp=smoke",
@@ -267,9 +325,35 @@ def test_dpo_over_two_processes_on_cpu_trains_and_writes_the_run_once(policy_cac
         "backend.gradient_checkpointing=true",
         f"run_dir={run}",
     ]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # on a GPU host too: the ranks see no GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert main(argv) == 0
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]  # one writer
-    assert (run / "final" / "model.safetensors").exists() and (run / "final" / "tokenizer.json").exists()
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
     written = yaml.safe_load((run / "config.yaml").read_text())
     assert written["model"]["path"]  # the policy was built once, before the ranks started
+    records = [json.loads((run / "sharding" / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    layers = json.loads((Path(written["model"]["path"]) / "config.json").read_text())["num_hidden_layers"]
+    for rank, record in enumerate(records):
+        assert record["rank"] == rank and record["world_size"] == 2 and record["backend"] == "gloo"
+        assert record["distributed_type"] == "FSDP" and record["fsdp_version"] == 2
+        assert record["auto_wrap_policy"] == "transformer_auto_wrap_policy" and record["reshard_after_forward"]
+        assert record["state_dict_type"] == "FULL_STATE_DICT" and record["param_dtype"] == "torch.bfloat16"
+        policy, reference = record["policy"], record["reference"]
+        assert policy["layers"] == policy["layers_sharded"] == layers  # each decoder layer its own FSDP unit
+        assert policy["fsdp_units"]["Qwen3DecoderLayer"] == layers and policy["fsdp_units"]["Qwen3ForCausalLM"] == 1
+        assert policy["dtensor_params"] == policy["params"] and policy["device"] == "cpu"
+        assert reference["fsdp_units"] == {"Qwen3ForCausalLM": 1}  # TRL shards the reference as one unit
+        for model in (policy, reference):
+            assert model["local_numel"] == pytest.approx(model["numel"] / 2, rel=0.01)  # about half on each rank
+    assert sum(r["policy"]["local_numel"] for r in records) == records[0]["policy"]["numel"]
+    # final/: the whole model, which the run checked tensor by tensor against the trained one gathered from the
+    # shards (sarl.runtime.weights), trained away from the starting policy
+    assert f"{run / 'final'}: every saved tensor equals its trained one" in capfd.readouterr().err
+    assert weights_problem(run / "final") is None and (run / "final" / "tokenizer.json").exists()
+    saved = AutoModelForCausalLM.from_pretrained(run / "final")
+    start = AutoModelForCausalLM.from_pretrained(written["model"]["path"])
+    assert sum(p.numel() for p in saved.parameters()) == records[0]["policy"]["numel"]
+    with safe_open(str(run / "final" / "model.safetensors"), framework="pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # the float32 master weights, not bf16
+    assert any(not torch.equal(a, b) for a, b in zip(saved.parameters(), start.parameters()))

@@ -13,17 +13,20 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sarl.backends.verl.cpu import sync_records
+from sarl.backends.verl.cpu import SYNC_RANKS_LOG, sync_records
 from sarl.reports.figures import read_metrics_history
 from sarl.reports.progress import VERL_LOG
 
@@ -220,14 +223,46 @@ def test_grpo_ttrl_math_votes_on_all_rollouts_and_trains_on_some(tmp_path):
         assert by_step[step]["reward/trained_sessions"] == 8  # 2 of each prompt's 4 trained on
 
 
-def test_ppo_sarl_math_trains_the_critic_with_gae(tmp_path):
-    """The critic loads in its Ray worker with the configured attention (sdpa; verl's own loader would ask for
-    flash_attention_2, absent on CPU) and is trained: its loss is logged every step."""
-    run = run_row(tmp_path / "ppo", "ppo_sarl_math")
+def test_ppo_sarl_math_trains_the_critic_with_gae_on_two_ranks_with_a_tensor_parallel_2_rollout(tmp_path):
+    """Two ranks over gloo (decisions §7.7): actor, reference and critic sharded by FSDP2 across both processes, one
+    rollout replica of tensor parallelism 2 whose weights both ranks gather after every step. The critic loads in its
+    Ray worker with the configured attention (sdpa; verl's own loader would ask for flash_attention_2, absent on CPU)
+    and is trained: its loss is logged every step."""
+    ranks = ("train.n_gpus_per_node=2", "backend.rollout_tensor_parallel_size=2")
+    run = run_row(tmp_path / "ppo", "ppo_sarl_math", *ranks)
     by_step = assert_trained(run)
     for step in (1, 2):
         assert math.isfinite(float(by_step[step]["critic/vf_loss"]))
         assert "critic/values/mean" in by_step[step]
+    for role in ("actor", "critic"):
+        assert_sharded(run.run_dir / "checkpoints" / "global_step_2" / role, world=2)
+    # one replica (tensor parallelism 2): one server, fed by rank 0 with what both ranks gathered, after every step
+    assert {s["replica"] for s in sync_records(run.run_dir)} == {0}
+    parts = sync_records(run.run_dir, SYNC_RANKS_LOG)
+    for step in (0, 1, 2):
+        here = {p["rank"]: p for p in parts if p["global_steps"] == step}
+        assert sorted(here) == [0, 1], f"step {step}: ranks in the weight sync {sorted(here)}"
+        assert here[0]["server"] and not here[1]["server"] and here[0]["tensors"] == here[1]["tensors"] > 0
+
+
+def assert_sharded(checkpoint: Path, world: int) -> None:
+    """verl's FSDP2 checkpoint of `world` ranks: each rank's model shard holds DTensors whose local pieces are about
+    1/world of the model (FSDP2 splits every parameter along its first dimension), the pieces of all ranks adding up
+    to the whole model."""
+    import torch
+
+    assert json.loads((checkpoint / "fsdp_config.json").read_text()) == {"FSDP_version": 2, "world_size": world}
+    local, whole = [], set()
+    for rank in range(world):
+        shard = checkpoint / f"model_world_size_{world}_rank_{rank}.pt"
+        state = torch.load(shard, map_location="cpu", weights_only=False)
+        kinds = {type(t).__name__ for t in state.values()}
+        assert kinds == {"DTensor"}, f"{checkpoint.name} rank {rank}: {kinds}"
+        local.append(sum(t.to_local().numel() for t in state.values()))
+        whole.add(sum(t.numel() for t in state.values()))
+    (total,) = whole
+    assert sum(local) == total, (local, total)
+    assert all(abs(n - total / world) <= 0.05 * total for n in local), f"{checkpoint.name}: {local} of {total} per rank"
 
 
 def test_a_reward_that_cannot_be_built_in_the_reward_workers_is_counted_and_stops_the_run(tmp_path):
@@ -263,46 +298,96 @@ def test_resume_continues_from_the_last_checkpoint(gt_run):
     assert {1, 2} <= set(by_step)  # the first run's steps survive the resume
 
 
-@pytest.fixture(scope="module")
-def vllm_embedding_server(tmp_path_factory):
-    """The real vLLM CPU server (.venv-vllm) embedding with MiniLM over HTTP, as a cluster's embedding server."""
-    from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
-    from sarl.structure.embed.local import bundled_minilm_path
-
+def vllm_python() -> Path:
+    """The vLLM CPU build's interpreter (.venv-vllm), or a skip (a failure under SARL_REQUIRE_VLLM=1, as in CI)."""
     python = REPO / ".venv-vllm" / "bin" / "python"
     if not python.exists():
         if os.environ.get("SARL_REQUIRE_VLLM") == "1":
             pytest.fail(f"SARL_REQUIRE_VLLM=1 but {python} is missing: run scripts/setup_vllm_cpu.sh")
         pytest.skip(f"{python} is missing: run scripts/setup_vllm_cpu.sh")
-    server = EmbeddingServer(
-        bundled_minilm_path(),
-        served_name="minilm",
-        python=str(python),
-        env=VLLM_CPU_ENV,
-        extra_args=VLLM_CPU_ARGS,
-        startup_timeout_s=300.0,
-        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
-    )
-    server.start()
+    return python
+
+
+def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_starts(tmp_path, monkeypatch, capfd):
+    """Two Ray nodes on this machine, started and joined as a two-node SLURM job starts them (slurm.launcher's
+    `ModuleJob.run_on_node`: rank 0 starts the head, publishes its address in the job's folder, waits for rank 1 to
+    join and runs the driver with RAY_ADDRESS; rank 1 joins with `ray start --address`). `grpo_sarl_math` with
+    `train.nnodes=2` puts one actor rank and one rollout replica on each node; sarl.train starts the vLLM CPU embedding
+    server (url auto) listening on every interface and hands verl its routable address, which the reward workers
+    reach. What took effect is read back: the ranks' Ray nodes (the weight-sync log), the URL verl was given."""
+    from sarl.runtime.network import free_port, is_loopback, routable_ip
+    from sarl.serving.server import VLLM_CPU_ENV
+    from sarl.structure.embed.local import bundled_minilm_path
+    from slurm.launcher import ModuleJob, SlurmSettings
+
     try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-def test_grpo_sarl_math_embeds_through_the_vllm_server(tmp_path, vllm_embedding_server):
-    run = run_row(
-        tmp_path / "sarl",
-        "grpo_sarl_math",
+        ip = routable_ip()
+    except OSError as err:
+        pytest.skip(f"no network interface but loopback here: {err}")
+    python = vllm_python()
+    ray_tmp = tempfile.mkdtemp(prefix="sarl-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    for key, value in VLLM_CPU_ENV.items():
+        monkeypatch.setenv(key, value)
+    run_dir = tmp_path / "run"
+    argv = [
+        "+exp=grpo_sarl_math",
+        "backend=verl_cpu",
+        f"run_dir={run_dir}",
+        f"++model.build.cache_dir={SHARED['policy_cache']}",
+        "train.nnodes=2",
         "embedding=vllm_server",
-        f"embedding.url={vllm_embedding_server}",
         "embedding.model=minilm",
         "embedding.dim=384",
-    )
+        f"embedding_server.model={bundled_minilm_path()}",
+        f"embedding_server.python={python}",
+        "embedding_server.dtype=float32",
+        "embedding_server.max_model_len=256",
+        "embedding_server.extra_args=[--enforce-eager]",
+        "embedding_server.startup_timeout_s=300",
+    ]
+    # one logical GPU and 8 logical CPUs per node (verl's pools ask for a GPU per rank and 3 CPUs per bundle)
+    settings = SlurmSettings(nodes=2, gpus_per_node=1, cpus_per_task=8, ray_port=free_port(), signal_delay_s=0)
+    head, worker = (ModuleJob("sarl.train", argv, str(REPO), settings, sys.executable) for _ in range(2))
+    hosts, folder = [ip, ip], tmp_path / "job"
+    folder.mkdir()
+    joined: dict[str, object] = {}
+
+    def join() -> None:
+        try:
+            joined["rc"] = worker.run_on_node(1, hosts, folder)
+        except Exception as err:  # noqa: BLE001 - reported by the main thread
+            joined["error"] = err
+
+    node = threading.Thread(target=join, daemon=True)
+    node.start()
+    watchdog = threading.Timer(RUN_TIMEOUT_S, head._stop_child)  # a hang ends as a failed driver, not a stuck CI
+    watchdog.start()
+    try:
+        rc = head.run_on_node(0, hosts, folder)
+    finally:
+        watchdog.cancel()
+        worker._stop_child()  # the worker node blocks until stopped (its process group) or the head is gone
+        node.join(timeout=60)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out, err = capfd.readouterr()
+    (tmp_path / "job.log").write_text(out + err)  # both nodes' and the driver's console, for a failure's reader
+    verl_log = (run_dir / VERL_LOG).read_text(errors="replace") if (run_dir / VERL_LOG).exists() else ""
+    run = Run(rc, run_dir, out + err, verl_log)
     by_step = assert_trained(run)
     for step in (1, 2):
         assert by_step[step]["reward/failed"] == 0, by_step[step]
         assert math.isfinite(float(by_step[step]["reward/C/mean"]))
+    url = yaml.safe_load((run_dir / "verl_trainer.yaml").read_text())["reward"]["custom_reward_function"]
+    url = url["reward_kwargs"]["reward"]["embedder"]["url"]
+    host = url.split("//")[1].rsplit(":", 1)[0]
+    assert host == ip and not is_loopback(host), url
+    parts = sync_records(run_dir, SYNC_RANKS_LOG)
+    nodes = {p["rank"]: p["node"] for p in parts}
+    assert sorted(nodes) == [0, 1] and nodes[0] != nodes[1], f"the actor ranks ran on Ray nodes {nodes}"
+    assert {s["replica"] for s in sync_records(run_dir)} == {0, 1}  # a rollout replica per node
 
 
 @pytest.mark.parametrize(

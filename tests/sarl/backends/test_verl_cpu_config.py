@@ -99,10 +99,24 @@ def test_the_verl_settings_of_a_cpu_run():
     assert values["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 1
     assert values["actor_rollout_ref.rollout.max_model_len"] == 320 + 192
-    verl = OmegaConf.create({"ray_kwargs": {"ray_init": {"num_cpus": None}}})
-    OmegaConf.set_struct(verl, True)
-    cpu.with_cpu_settings(verl)
-    assert verl.ray_kwargs.ray_init.num_gpus == 1 and verl.ray_kwargs.ray_init.num_cpus == 16
+    assert values["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 1
+    assert (
+        cpu.verl_values(compose("+exp=grpo_gt_math", "backend=verl_cpu", "backend.rollout_tensor_parallel_size=2")[0])[
+            "actor_rollout_ref.rollout.tensor_model_parallel_size"
+        ]
+        == 2
+    )
+
+    def ray_init(gpus: int, nodes: int) -> dict:
+        verl = {"ray_kwargs": {"ray_init": {"num_cpus": None}}, "trainer": {"n_gpus_per_node": gpus, "nnodes": nodes}}
+        verl = OmegaConf.create(verl)
+        OmegaConf.set_struct(verl, True)
+        return OmegaConf.to_container(cpu.with_cpu_settings(verl).ray_kwargs.ray_init)
+
+    assert ray_init(1, 1) == {"num_cpus": 16, "num_gpus": 1, "include_dashboard": False}
+    assert ray_init(2, 1)["num_gpus"] == 2  # a logical GPU per rank
+    # several nodes join the job's cluster, whose nodes declared their resources (ray.init refuses them there)
+    assert ray_init(1, 2) == {"num_cpus": None, "include_dashboard": False}
 
 
 def test_merged_overrides_drop_the_earlier_value_of_a_key():

@@ -9,7 +9,9 @@ trainer class, hooks and pipeline stages) with the pieces that let verl run with
 - the settings that fit a 2-core machine (`verl_values`): Ray with a logical GPU and 16 logical CPUs (verl's pools
   ask for a GPU per worker and 3 CPUs per bundle; TransferQueue's controller and storage units 1 CPU each: on
   2 real cores the defaults wait forever), one TransferQueue storage unit, FSDP2 (FSDP1's
-  `sync_module_states` refuses CPU parameters), sdpa attention, no torch.compile, one GPU's worth of workers;
+  `sync_module_states` refuses CPU parameters), sdpa attention, no torch.compile, one GPU's worth of workers
+  (a logical GPU per rank: `train.n_gpus_per_node`, `train.nnodes` and `backend.rollout_tensor_parallel_size`
+  named on the command line run several, decisions §7.7);
 - the row made small (`cpu_overrides`): a tiny Qwen3 policy that writes the row's output format
   (`model=tiny_qwen3`, or `tiny_qwen3_tagged` / `tiny_qwen3_graph` for rows whose rewards read step tags or GRP
   graphs: `output_format`), the shipped smoke prompts (tagged ones for rows whose data is tagged, code ones with
@@ -37,6 +39,7 @@ PLUGIN_MODULE = "sarl.backends.verl.cpu.plugin"
 PLATFORM = "cpu"
 DATA_DIR = "verl_cpu_data"  # in the run directory: the smoke prompts as verl parquet
 SYNC_LOG = "rollout_sync.jsonl"  # in the run directory: one line per weight sync (sarl.backends.verl.cpu.rollout)
+SYNC_RANKS_LOG = "rollout_sync_ranks.jsonl"  # one line per actor rank and weight sync (the same module)
 
 ROLLOUT_N = 4
 TRAIN = {
@@ -152,7 +155,9 @@ def verl_values(cfg: DictConfig) -> dict[str, Any]:
         "actor_rollout_ref.actor.strategy": "fsdp2",
         "critic.strategy": "fsdp2",
         "actor_rollout_ref.actor.use_torch_compile": False,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        # backend.rollout_tensor_parallel_size (1 unless named): one HF server per replica holds the whole model and
+        # the replica's ranks gather the weights for it together (decisions §7.7)
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(cfg.backend.rollout_tensor_parallel_size or 1),
         "actor_rollout_ref.rollout.max_model_len": prompt + response,
         "actor_rollout_ref.rollout.max_num_seqs": 64,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": budget,
@@ -178,6 +183,7 @@ def process_env(run_dir: Path) -> dict[str, str]:
     return {
         "VERL_PLATFORM": PLATFORM,
         "SARL_ROLLOUT_SYNC_LOG": str(Path(run_dir) / SYNC_LOG),
+        "SARL_ROLLOUT_SYNC_RANKS_LOG": str(Path(run_dir) / SYNC_RANKS_LOG),
         "TOKENIZERS_PARALLELISM": "false",
     }
 
@@ -222,19 +228,26 @@ def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
 
 
 def with_cpu_settings(verl_cfg: DictConfig) -> DictConfig:
-    """Ray's logical resources and no dashboard (RAY_INIT; not in verl's schema: the keys are opened for them)."""
+    """Ray's logical resources and no dashboard (RAY_INIT, a logical GPU per rank of the node; not in verl's schema:
+    the keys are opened for them)."""
     from omegaconf import open_dict, read_write
 
     ray_init = verl_cfg.ray_kwargs.ray_init
+    # one logical GPU per rank of this node (train.n_gpus_per_node): verl's pools ask for a GPU per worker. Several
+    # nodes join the job's running cluster, whose nodes declared their resources when they started (`ray start
+    # --num-cpus --num-gpus`, slurm.launcher); ray.init refuses resources when it connects to a cluster.
+    values = {**RAY_INIT, "num_gpus": int(verl_cfg.trainer.n_gpus_per_node)}
+    if int(verl_cfg.trainer.nnodes) > 1:
+        values = {k: v for k, v in values.items() if k not in ("num_cpus", "num_gpus")}
     with read_write(ray_init), open_dict(ray_init):
-        for key, value in RAY_INIT.items():
+        for key, value in values.items():
             ray_init[key] = value
     return verl_cfg
 
 
-def sync_records(run_dir: Path) -> list[dict[str, Any]]:
-    """The weight syncs a CPU run's rollout logged (`SYNC_LOG`), in order."""
-    path = Path(run_dir) / SYNC_LOG
+def sync_records(run_dir: Path, log: str = SYNC_LOG) -> list[dict[str, Any]]:
+    """The weight syncs a CPU run's rollout logged (`SYNC_LOG`; `SYNC_RANKS_LOG`: each actor rank's part), in order."""
+    path = Path(run_dir) / log
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

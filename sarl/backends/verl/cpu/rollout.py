@@ -17,8 +17,14 @@ vLLM back end is (`vLLMReplica` / `vLLMHttpServer` / `ServerAdapter`):
   weight sync (verl/workers/engine_workers.py:728-830, `update_weights`) hands it the actor's full weights as
   `(name, tensor)` pairs after every update, and it loads them into the server's model (strictly: a name the
   model lacks, or a model weight not sent other than a tied one, is an error). Each sync is written to
-  `$SARL_ROLLOUT_SYNC_LOG` (a JSON line: step, tensors, a digest of the weights), which the CPU tests read to
-  see that the rollout's weights change after every step.
+  `$SARL_ROLLOUT_SYNC_LOG` (a JSON line: replica, step, tensors, a digest of the weights), which the CPU tests read
+  to see that the rollout's weights change after every step; each actor rank writes its part in every sync (rank,
+  replica, whether it pushed to the server, its Ray node) to `$SARL_ROLLOUT_SYNC_RANKS_LOG`.
+
+Several ranks (`train.n_gpus_per_node` > 1): each replica of `rollout.tensor_model_parallel_size` ranks has one
+server holding the whole model (the HF sampler does not split a model), to which the replica's first rank pushes
+the weights that all its ranks gathered together from their FSDP shards; tensor parallelism 1 gives a replica, and
+a server, per rank.
 
 Used by `backend=verl_cpu` only (sarl.backends.verl.cpu); nothing of it is imported in a GPU run.
 """
@@ -44,6 +50,7 @@ log = logging.getLogger(__name__)
 
 NAME = "hf"  # rollout.name
 SYNC_LOG_ENV = "SARL_ROLLOUT_SYNC_LOG"
+SYNC_RANKS_LOG_ENV = "SARL_ROLLOUT_SYNC_RANKS_LOG"  # one line per actor rank and sync: its part, its Ray node
 MAX_BATCH = 64  # requests sampled together
 
 
@@ -227,7 +234,13 @@ class HFServer:
         if global_steps is not None:
             self.global_steps = global_steps
         digest = weights_digest(dict(self.model.state_dict()))
-        record = {"sync": self.syncs, "global_steps": global_steps, "tensors": len(state), "digest": digest}
+        record = {
+            "replica": self.replica_rank,
+            "sync": self.syncs,
+            "global_steps": global_steps,
+            "tensors": len(state),
+            "digest": digest,
+        }
         path = os.environ.get(SYNC_LOG_ENV)
         if path:
             with open(path, "a") as f:
@@ -305,7 +318,7 @@ class HFServerAdapter(BaseRollout):
         super().__init__(config, model_config, device_mesh)
         c = self.config
         world = c.tensor_model_parallel_size * c.data_parallel_size * c.pipeline_model_parallel_size
-        rank = int(os.environ.get("RANK", 0))
+        self.rank = rank = int(os.environ.get("RANK", 0))
         self.replica_rank = rank // world if replica_rank == -1 else replica_rank
         self.has_server = rank % world == 0
         self.server_handle = None
@@ -333,12 +346,20 @@ class HFServerAdapter(BaseRollout):
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout takes wire_format='named_tensors', got {wire_format!r}")
         state = {}
+        tensors = 0
         for name, tensor in weights:  # every rank walks the generator (it gathers shards collectively)
+            tensors += 1
             if self.has_server:
                 full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
                 state[name] = full.detach().to("cpu").clone()
         if self.has_server:
             await self._server().update_weights.remote(state, global_steps)
+        path = os.environ.get(SYNC_RANKS_LOG_ENV)
+        if path:  # each rank's part in the sync, and its Ray node (the CPU tests read where the ranks ran)
+            line = {"rank": self.rank, "replica": self.replica_rank, "server": self.has_server, "tensors": tensors}
+            line.update({"global_steps": global_steps, "node": ray.get_runtime_context().get_node_id()})
+            with open(path, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
     def generate_sequences(self, prompts: Any) -> Any:
         raise NotImplementedError("the hf rollout is a server back end: verl's agent loop calls HFServer.generate")
