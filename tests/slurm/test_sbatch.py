@@ -199,6 +199,7 @@ def test_the_single_node_script_requeues_on_the_time_limit_signal_and_resumes(
     run = checkpoint_2()[0].parents[2]
     assert not (run / "final").exists(), "the run finished before the signal"
     slurm_cluster.command("scancel", "--batch", "--signal=USR2", job_id)
+    slurm_cluster.start_requeued_now(job_id)  # the script requeued it; skip SLURM's hold before a restart
     wait_for(slurm_cluster, job_id, lambda: (run / "summary.json").exists(), 600, "the requeued run did not finish")
     wait_for(slurm_cluster, job_id, lambda: slurm_cluster.job_state(job_id) == "COMPLETED", 120, "the job did not end")
     log = out.read_text(errors="replace")
