@@ -349,7 +349,9 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
         "embedding_server.startup_timeout_s=300",
     ]
     # one logical GPU and 8 logical CPUs per node (verl's pools ask for a GPU per rank and 3 CPUs per bundle)
-    settings = SlurmSettings(nodes=2, gpus_per_node=1, cpus_per_task=8, ray_port=free_port(), signal_delay_s=0)
+    settings = SlurmSettings(
+        nodes=2, gpus_per_node=1, cpus_per_task=8, ray_port=free_port(), signal_delay_s=0, ray_join_timeout_s=300
+    )
     head, worker = (ModuleJob("sarl.train", argv, str(REPO), settings, sys.executable) for _ in range(2))
     hosts, folder = [ip, ip], tmp_path / "job"
     folder.mkdir()
@@ -374,6 +376,7 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out, err = capfd.readouterr()
     (tmp_path / "job.log").write_text(out + err)  # both nodes' and the driver's console, for a failure's reader
+    assert "error" not in joined, f"the second node failed: {joined['error']!r}"
     verl_log = (run_dir / VERL_LOG).read_text(errors="replace") if (run_dir / VERL_LOG).exists() else ""
     run = Run(rc, run_dir, out + err, verl_log)
     by_step = assert_trained(run)
