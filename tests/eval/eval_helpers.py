@@ -7,7 +7,6 @@ parquet, a tiny Qwen3 chat model trained here to answer them, and a loopback Ope
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
@@ -16,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import JSONHandler, LoopbackServer, closing_all
+from testkit import JSONHandler, LoopbackServer, closing_all, vllm_python_or_skip  # noqa: F401 - the eval tests import it here
 
 from eval.grading.grader import Grader
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-VLLM_STAMP = REPO / ".venv-vllm" / ".sarl-vllm-cpu-stamp"
 
 # A Qwen3-like chat template: <|im_start|>role\ncontent<|im_end|>; thinking on unless enable_thinking=false.
 CHAT_TEMPLATE = (
@@ -307,13 +304,3 @@ def fixture_judge(delay_s: float = 0.0) -> Responder:
         return 200, chat_reply(json.dumps({"strengths": "fine", "weaknesses": "none", "score": str(score)}))
 
     return respond
-
-
-def vllm_python_or_skip() -> str:
-    """.venv-vllm's interpreter, or skip (fail under SARL_REQUIRE_VLLM=1) when the environment is missing."""
-    if not VLLM_PYTHON.exists() or not VLLM_STAMP.exists():
-        msg = f"{VLLM_PYTHON.parent.parent} is missing or incomplete: run scripts/setup_vllm_cpu.sh"
-        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
-            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
-        pytest.skip(msg)
-    return str(VLLM_PYTHON)

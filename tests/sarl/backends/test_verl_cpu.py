@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testkit import vllm_python_or_skip
 
 from sarl.backends.verl.cpu import SYNC_RANKS_LOG, sync_records
 from sarl.reports.figures import read_metrics_history
@@ -298,16 +299,6 @@ def test_resume_continues_from_the_last_checkpoint(gt_run):
     assert {1, 2} <= set(by_step)  # the first run's steps survive the resume
 
 
-def vllm_python() -> Path:
-    """The vLLM CPU build's interpreter (.venv-vllm), or a skip (a failure under SARL_REQUIRE_VLLM=1, as in CI)."""
-    python = REPO / ".venv-vllm" / "bin" / "python"
-    if not python.exists():
-        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
-            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {python} is missing: run scripts/setup_vllm_cpu.sh")
-        pytest.skip(f"{python} is missing: run scripts/setup_vllm_cpu.sh")
-    return python
-
-
 def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_starts(tmp_path, monkeypatch, capfd):
     """Two Ray nodes on this machine, started and joined as a two-node SLURM job starts them (slurm.launcher's
     `ModuleJob.run_on_node`: rank 0 starts the head, publishes its address in the job's folder, waits for rank 1 to
@@ -324,7 +315,7 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
         ip = routable_ip()
     except OSError as err:
         pytest.skip(f"no network interface but loopback here: {err}")
-    python = vllm_python()
+    python = vllm_python_or_skip()
     ray_tmp = tempfile.mkdtemp(prefix="sarl-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
     for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):

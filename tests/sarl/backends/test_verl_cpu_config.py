@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from sarl.backends.verl import config as verl_config
 from sarl.backends.verl import cpu
 from sarl.launch.compose import compose_user_config
 from sarl.runtime.errors import UserError
@@ -99,13 +100,18 @@ def test_the_verl_settings_of_a_cpu_run():
     assert values["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 1
     assert values["actor_rollout_ref.rollout.max_model_len"] == 320 + 192
-    assert values["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 1
-    assert (
-        cpu.verl_values(compose("+exp=grpo_gt_math", "backend=verl_cpu", "backend.rollout_tensor_parallel_size=2")[0])[
+    # the rollout's tensor parallelism is the row's backend.rollout_tensor_parallel_size (verl_cpu.yaml: 1), taken by
+    # sarl.backends.verl.config as on a GPU; the CPU values leave it alone (decisions §7.7)
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size" not in values
+
+    def tp(*overrides: str) -> int:
+        composed = compose("+exp=grpo_gt_math", "backend=verl_cpu", *overrides)[0]
+        return verl_config.verl_values(composed, "/tmp/run", "grpo_gt_math")[
             "actor_rollout_ref.rollout.tensor_model_parallel_size"
         ]
-        == 2
-    )
+
+    assert tp() == 1
+    assert tp("train.n_gpus_per_node=2", "backend.rollout_tensor_parallel_size=2") == 2
 
     def ray_init(gpus: int, nodes: int) -> dict:
         verl = {"ray_kwargs": {"ray_init": {"num_cpus": None}}, "trainer": {"n_gpus_per_node": gpus, "nnodes": nodes}}

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import VLLM_VENV, vllm_python_or_skip
 
 from sarl.contract.reward import RewardsFailedError
 from sarl.runtime.network import free_port
@@ -37,8 +38,6 @@ from sarl.backends.trl.rewards import TRLReward  # noqa: E402
 from sarl.structure.reward import StructureReward  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
-VLLM_VENV = REPO / ".venv-vllm"
-VLLM_STAMP = VLLM_VENV / ".sarl-vllm-cpu-stamp"
 MODEL_NAME = "minilm"
 DIM = 384  # all-MiniLM-L6-v2
 
@@ -96,12 +95,7 @@ class ControlledServer:
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory) -> ControlledServer:
-    python = VLLM_VENV / "bin" / "python"
-    if not python.exists() or not VLLM_STAMP.exists():
-        msg = f"{VLLM_VENV} is {'incomplete' if python.exists() else 'missing'}: run scripts/setup_vllm_cpu.sh"
-        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
-            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
-        pytest.skip(msg)
+    vllm_python_or_skip()
     server = ControlledServer(tmp_path_factory.mktemp("vllm_faults"))
     server.start()
     yield server

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from testkit import JSONHandler, LoopbackServer, closing_all
+from testkit import JSONHandler, LoopbackServer, closing_all, vllm_python_or_skip
 
 from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, EmbeddingServer
 from sarl.structure.embed.local import bundled_minilm_path
 
-REPO = Path(__file__).resolve().parents[3]
-VLLM_VENV = REPO / ".venv-vllm"
-VLLM_STAMP = VLLM_VENV / ".sarl-vllm-cpu-stamp"
 VLLM_MODEL_NAME = "minilm"  # test_http.py uses the same name
 VLLM_STARTUP_S = 300.0
 
@@ -174,17 +169,11 @@ def minilm_dir() -> str:
 def vllm_server(minilm_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a vLLM CPU server embedding with MiniLM (served as "minilm"), for the module that asks (only
     test_http.py): stopped when it ends, not held idle, with its memory, until the end of the session."""
-    python = VLLM_VENV / "bin" / "python"
-    if not python.exists() or not VLLM_STAMP.exists():
-        state = "is incomplete" if python.exists() else "is missing"
-        msg = f"{VLLM_VENV} {state}: run scripts/setup_vllm_cpu.sh"
-        if os.environ.get("SARL_REQUIRE_VLLM") == "1":
-            pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
-        pytest.skip(msg)
+    python = vllm_python_or_skip()
     server = EmbeddingServer(
         minilm_dir,
         served_name=VLLM_MODEL_NAME,
-        python=str(python),
+        python=python,
         env=VLLM_CPU_ENV,
         extra_args=VLLM_CPU_ARGS,
         startup_timeout_s=VLLM_STARTUP_S,

@@ -155,9 +155,6 @@ def verl_values(cfg: DictConfig) -> dict[str, Any]:
         "actor_rollout_ref.actor.strategy": "fsdp2",
         "critic.strategy": "fsdp2",
         "actor_rollout_ref.actor.use_torch_compile": False,
-        # backend.rollout_tensor_parallel_size (1 unless named): one HF server per replica holds the whole model and
-        # the replica's ranks gather the weights for it together (decisions §7.7)
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(cfg.backend.rollout_tensor_parallel_size or 1),
         "actor_rollout_ref.rollout.max_model_len": prompt + response,
         "actor_rollout_ref.rollout.max_num_seqs": 64,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": budget,
