@@ -11,6 +11,7 @@ chosen free, so it does not touch a system SLURM or munge. The daemons are stopp
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sarl.runtime.network import free_port
@@ -201,25 +203,48 @@ class LocalSlurm:
         return any(line.split()[1:] == ["idle"] for line in out.splitlines() if line.strip())
 
     def job_state(self, job_id: str) -> str:
-        out = self.command("scontrol", "show", "job", job_id, check=False)
-        for token in out.split():
-            if token.startswith("JobState="):
-                return token.split("=", 1)[1]
-        return "UNKNOWN"
+        return _field(self.command("scontrol", "show", "job", job_id, check=False), "JobState") or "UNKNOWN"
 
     def start_requeued_now(self, job_id: str, timeout_s: float = 120) -> str:
-        """Let a requeued job start again at once. SLURM holds a requeued batch job back before it is eligible again
-        (it sets the job's begin time ahead: `Reason=BeginTime`, about 2 minutes), which a cluster of one test need
-        not sit out. Waits until the job is pending again, then sets its StartTime to now; returns what
-        `scontrol show job` said of it then (the requeue itself is SLURM's, untouched)."""
+        """Let a requeued job start again without SLURM's hold. SLURM holds a requeued batch job back before it is
+        eligible again (it sets the job's begin time ahead: `Reason=BeginTime`, about 2 minutes), which a cluster of
+        one test need not sit out. Waits until the job is pending again, then, in the next wall-clock second, sets
+        its StartTime to now, and waits until it runs; returns what `scontrol show job` said of it then (the requeue
+        itself is SLURM's, untouched).
+
+        Why the next second: the requeue revoked the job's launch credential, and slurmd refuses a credential issued
+        in the second of the revocation or earlier; a launch refused that way leaves the job held for good (`launch
+        failed requeued held`, the failure SLURM's own hold is there to avoid). The revocation happened before the
+        job was pending again, so a credential from a later second is accepted. Raises if the job is held."""
         deadline = time.monotonic() + timeout_s
+        updated = False
         while time.monotonic() < deadline:
             shown = self.command("scontrol", "show", "job", job_id, check=False)
-            if "JobState=PENDING" in shown:
+            state = _field(shown, "JobState")
+            if "held" in _field(shown, "Reason").lower() or _field(shown, "Priority") == "0":
+                raise LocalSlurmError(f"requeued job {job_id} is held: {shown.strip()}\n{self.log_tail()}")
+            if state == "PENDING" and not updated:
+                now = time.time()
+                time.sleep(math.floor(now) + 1.05 - now)  # slurmctld and slurmd share this machine's clock
                 self.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+                updated = True
+                continue
+            if updated and state != "PENDING":
                 return shown
             time.sleep(0.5)
-        raise LocalSlurmError(f"job {job_id} was not pending again within {timeout_s} s: {self.job_state(job_id)}")
+        state = self.job_state(job_id)
+        raise LocalSlurmError(f"requeued job {job_id} did not start again within {timeout_s} s: {state}")
+
+    def wait_until(self, job_id: str, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Poll `done()` each second; after `timeout_s`, raise with what SLURM says of the job and its daemons' logs
+        (a test waits through this rather than block on a job that will not run again)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if done():
+                return
+            time.sleep(1)
+        shown = self.command("scontrol", "show", "job", job_id, check=False).strip()
+        raise LocalSlurmError(f"{what} within {timeout_s} s; job {job_id}: {shown}\n{self.log_tail()}")
 
     def log_tail(self, chars: int = 3000) -> str:
         parts = []
@@ -267,3 +292,11 @@ def _alive(pid: int) -> bool:
         return stat.split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _field(shown: str, key: str) -> str:
+    """The value of `key` in `scontrol show job` output ("" if absent)."""
+    for token in shown.split():
+        if token.startswith(f"{key}="):
+            return token.split("=", 1)[1]
+    return ""

@@ -439,9 +439,8 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm_clust
     assert not (run / "final").exists(), "the run finished before it could be preempted"
     job._interrupt(timeout=False)  # preemption as SLURM does it: SIGTERM, then submitit's USR2
     slurm_cluster.start_requeued_now(job.job_id)  # submitit requeued it; skip SLURM's hold before a restart
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and not (run / "summary.json").exists():
-        time.sleep(1)
+    slurm_cluster.wait_until(job.job_id, (run / "summary.json").exists, 400, "the requeued run did not finish")
+    slurm_cluster.wait_until(job.job_id, job.done, 120, "the requeued job did not end")
     assert job.result() == 0
     log = Path(str(job.paths.stdout)).read_text()
     assert "Requeued job" in log and "stopping the run and requeuing" in log, log[-3000:]

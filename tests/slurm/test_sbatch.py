@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,15 +144,6 @@ def sbatch(script, args, out, env):
     return proc.stdout.strip().split(";")[0]
 
 
-def wait_for(cluster, job_id, done, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(1)
-    pytest.fail(f"{what} within {timeout_s} s (job {job_id}: {cluster.job_state(job_id)})\n{cluster.log_tail()}")
-
-
 @pytest.fixture
 def job_env(slurm_cluster):
     """The submitting environment: this interpreter, and this checkout first on the path (sbatch passes the
@@ -168,7 +158,7 @@ def test_the_single_node_script_runs_the_smoke_job_on_slurm(slurm_cluster, launc
     out = tmp_path / "job.out"
     job_id = sbatch("verl_single_node.sbatch", args, out, job_env)
     terminal = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
-    wait_for(slurm_cluster, job_id, lambda: slurm_cluster.job_state(job_id) in terminal, 600, "the job did not end")
+    slurm_cluster.wait_until(job_id, lambda: slurm_cluster.job_state(job_id) in terminal, 600, "the job did not end")
     log = out.read_text(errors="replace")
     assert slurm_cluster.job_state(job_id) == "COMPLETED", log[-4000:]
     assert "sarl.train exited with 0" in log and "launcher=local train.nnodes=1" in log
@@ -195,13 +185,13 @@ def test_the_single_node_script_requeues_on_the_time_limit_signal_and_resumes(
     def checkpoint_2():
         return sorted(base.glob(f"*_j{job_id}/checkpoints/checkpoint-2/trainer_state.json"))
 
-    wait_for(slurm_cluster, job_id, checkpoint_2, 300, "no checkpoint-2 before the signal")
+    slurm_cluster.wait_until(job_id, checkpoint_2, 300, "no checkpoint-2 before the signal")
     run = checkpoint_2()[0].parents[2]
     assert not (run / "final").exists(), "the run finished before the signal"
     slurm_cluster.command("scancel", "--batch", "--signal=USR2", job_id)
     slurm_cluster.start_requeued_now(job_id)  # the script requeued it; skip SLURM's hold before a restart
-    wait_for(slurm_cluster, job_id, lambda: (run / "summary.json").exists(), 600, "the requeued run did not finish")
-    wait_for(slurm_cluster, job_id, lambda: slurm_cluster.job_state(job_id) == "COMPLETED", 120, "the job did not end")
+    slurm_cluster.wait_until(job_id, lambda: (run / "summary.json").exists(), 600, "the requeued run did not finish")
+    slurm_cluster.wait_until(job_id, lambda: slurm_cluster.job_state(job_id) == "COMPLETED", 120, "the job did not end")
     log = out.read_text(errors="replace")
     assert "the time limit is near; requeuing job" in log and log.count("(start 1)") == 1, log[-4000:]
     summary = json.loads((run / "summary.json").read_text())
