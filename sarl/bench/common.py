@@ -15,18 +15,58 @@ from rich.console import Console
 
 
 def machine() -> dict:
-    """Cores, load average, date and versions: printed at the start and end of every report."""
+    """Cores, load average, date, versions and what the host gives right now (`host_probe`): printed at the start
+    and end of every report."""
     import numpy as np
     import sklearn
 
     return {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
         "cores": os.cpu_count(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model() or platform.processor() or platform.machine(),
         "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "numpy": np.__version__,
         "sklearn": sklearn.__version__,
+        **host_probe(),
+    }
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux), None elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+# The probe's sizes: a 128 MB float32 copy; Gram products of one response at the paper's shape (79 steps x 1,024).
+PROBE_COPY_FLOATS = 32 * 2**20
+PROBE_GRAM_SHAPE = (79, 1024)
+PROBE_GRAMS = 256
+
+
+def host_probe(repeats: int = 3) -> dict:
+    """What this host gives at the moment, to compare figures measured on hosts of the same name (a virtual
+    machine's memory bandwidth and CPU share vary from one host to the next): the memory copy rate (a 128 MB
+    float32 array copied into another, GB/s read + written) and the rate of the reward's Gram products
+    (`x @ x.T` of a 79 x 1,024 float32 response, one BLAS thread, per second). Best of `repeats`; ~0.3 s."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    src = np.ones(PROBE_COPY_FLOATS, dtype=np.float32)
+    dst = np.zeros_like(src)  # both touched before timing
+    copy_s = min(timed(lambda: np.copyto(dst, src))[0] for _ in range(repeats))
+    xs = np.random.default_rng(0).standard_normal((PROBE_GRAMS, *PROBE_GRAM_SHAPE), dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        gram_s = min(timed(lambda: [x @ x.T for x in xs])[0] for _ in range(repeats))
+    return {
+        "memory_copy_gb_s": round(2 * src.nbytes / copy_s / 1e9, 1),
+        "gram_79x1024_per_s_1_thread": round(PROBE_GRAMS / gram_s),
     }
 
 
@@ -34,7 +74,9 @@ def print_machine(console: Console, when: str, info: dict) -> None:
     console.print(
         f"[bold]{when}[/]: {info['date_utc']} UTC, {info['cores']} cores ({info['cpu']}), "
         f"load average {info['load_avg_1_5_15'][0]} / {info['load_avg_1_5_15'][1]} / {info['load_avg_1_5_15'][2]} "
-        f"(1/5/15 min), numpy {info['numpy']}, scikit-learn {info['sklearn']}"
+        f"(1/5/15 min), numpy {info['numpy']}, scikit-learn {info['sklearn']}\n"
+        f"host now: memory copy {info['memory_copy_gb_s']} GB/s, {info['gram_79x1024_per_s_1_thread']} Gram "
+        "products of 79 x 1,024 float32 per s on 1 thread"
     )
 
 

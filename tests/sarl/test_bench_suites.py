@@ -66,8 +66,14 @@ def test_paper_batch_has_the_configured_steps():
 
 def test_quick_reward_step_suite():
     console = Console(record=True, width=400)
-    out = run(bench_config(["suite=reward_step", "quick=true"]), console)["reward_step"]
+    result = run(bench_config(["suite=reward_step", "quick=true"]), console)
+    out = result["reward_step"]
     text = console.export_text()
+    # the host's figures at start and end, printed and kept: a result from another host of the same name compares
+    for when in ("machine_start", "machine_end"):
+        host = result[when]
+        assert host["memory_copy_gb_s"] > 0.1 and host["gram_79x1024_per_s_1_thread"] > 10
+        assert f"memory copy {host['memory_copy_gb_s']} GB/s" in text
     for row in ("split into steps", "clustering", "reasoning map + SR", "StructureReward(batch) without the model"):
         assert row in text
     assert "WordPiece tokens" in text and out["minilm_tokens"] > out["steps"]
