@@ -1,7 +1,7 @@
 """The GPU memory plan of a DPO run on TRL (`backend=trl`, `algorithm=dpo`): what one GPU holds, phase by phase,
 from the policy's config.json and the run's settings; `docs/gpu.md` ("DPO on TRL") has dpo_open's numbers.
 
-Every term, with where it comes from (trl 1.16.0, accelerate 1.15.0, transformers 5.10, torch 2.13 file:line):
+Every term, with where it comes from (trl 1.16.0, accelerate 1.15.0, transformers 5.9.0, torch 2.13 file:line):
 - world: the processes the model is sharded over: one per GPU under `backend.distributed: fsdp`
   (`train.n_gpus_per_node`), else one (no sharding; sarl.backends.trl.distributed).
 - policy: loaded in float32 (sarl/backends/trl/run.py), which FSDP under mixed precision keeps as its master copy
