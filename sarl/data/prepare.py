@@ -36,6 +36,7 @@ from sarl.data.build import BUILDERS, Built, DataValidationError, Steps, trl_rec
 from sarl.data.sources import DataSourceError, load_rows, sha256_file
 from sarl.data.writers import write_json, write_jsonl, write_parquet
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import git_commit
 
 log = logging.getLogger("sarl.data.prepare")
@@ -181,6 +182,7 @@ def print_summary(manifest: dict[str, Any]) -> None:
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="prepare")
 def main(cfg: DictConfig) -> None:
+    offline_if_unreachable()  # before `datasets` is imported: a Hub that cannot be reached means the cache, no retries
     try:
         manifest = prepare(cfg)
     except (DataSourceError, DataValidationError) as err:  # the source or the config: the user's to fix

@@ -1,9 +1,10 @@
 """The Hugging Face Hub from this machine: whether it can be reached, offline mode when it cannot (so that neither a
 command nor its child processes spend minutes on retries), and whether a model a command names can be had here.
 
-`offline_if_unreachable()` runs first in `sarl.train`, `eval.run` and `sarl.preflight`: one TCP connection to the
-Hub's host (HF_ENDPOINT, else huggingface.co:443), tried once per process; when it does not open, HF_HUB_OFFLINE=1
-and TRANSFORMERS_OFFLINE=1 are set (inherited by every child) unless the user set either. `check_model_source`
+`offline_if_unreachable()` runs first in `sarl.train`, `eval.run`, `sarl.preflight` and `sarl.data.prepare`: one
+TCP connection to the Hub's host (HF_ENDPOINT, else huggingface.co:443), tried once per process; when it does not
+open, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are set (inherited by every child; `datasets` follows
+HF_HUB_OFFLINE) unless the user set either. `check_model_source`
 refuses, before anything is built or written, a model that is neither a local checkpoint directory nor a Hub id in
 the local cache or on a Hub that can be reached.
 """
@@ -74,6 +75,9 @@ def offline_if_unreachable() -> None:
     constants = sys.modules.get("huggingface_hub.constants")
     if constants is not None:
         constants.HF_HUB_OFFLINE = True
+    datasets_config = sys.modules.get("datasets.config")  # it copied the flag when imported
+    if datasets_config is not None and os.environ.get("HF_DATASETS_OFFLINE") is None:
+        datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = True
     log.warning(
         "the Hugging Face Hub (%s:%d) cannot be reached: offline mode, models come from the local cache", *hub_address()
     )

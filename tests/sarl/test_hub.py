@@ -149,3 +149,34 @@ def test_every_entry_point_goes_offline_first_when_the_hub_cannot_be_reached(mod
     offline, error = proc.stderr.strip().splitlines()
     assert f"127.0.0.1:{closed_endpoint}) cannot be reached: offline mode" in offline
     assert "no such key; did you mean" in error
+
+
+def test_data_prepare_goes_offline_first_and_fails_in_one_line_without_retrying(closed_endpoint, tmp_path):
+    """A Hub data set that is not cached, with the Hub unreachable: the offline line, then the one-line error, and
+    none of huggingface_hub's retries (five, 23 s, before `sarl.data.prepare` went offline first)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*OFFLINE_VARS, "HF_DATASETS_OFFLINE")}
+    env.update(SARL_ROOT=str(tmp_path), HF_HOME=str(tmp_path / "hf"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sarl.data.prepare", "dataset=aime25"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out[-2000:]
+    assert f"127.0.0.1:{closed_endpoint}) cannot be reached: offline mode" in out
+    assert "Retry" not in out and "thrown while requesting" not in out, out[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: dataset 'aime25': cannot load 'math-ai/aime25'")
+
+
+def test_offline_mode_reaches_datasets_when_it_was_imported_first(online, closed_endpoint, monkeypatch):
+    import datasets.config
+
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    offline_if_unreachable()
+    assert datasets.config.HF_HUB_OFFLINE is True and datasets.config.HF_DATASETS_OFFLINE is True
