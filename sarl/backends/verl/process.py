@@ -24,8 +24,12 @@ def quiet_verl_notices(cpu: bool) -> None:
     process: the optional engines it does not find (torchtitan, veomni, megatron, ...: sarl uses FSDP) and, on
     `backend=verl_cpu` only, its platform manager's "no accelerator detected" (on a GPU node that one matters)."""
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-    if cpu:
-        logging.getLogger("verl.plugin.platform.platform_manager").setLevel(logging.ERROR)
+    if cpu:  # a filter, not a level: verl sets the logger's level when it imports the module, after this call
+        logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 def run_verl_process(cmd: list[str], run_dir: Path, env: dict[str, str], total_steps: int | None = None) -> int:

@@ -173,6 +173,7 @@ def assert_trained(run: Run, steps: int = 2, first_step: int = 1, sparse: bool =
     assert set(range(first_step, steps + 1)) <= said, f"the console said steps {sorted(said)}: {tail(run)}"
     assert "per-step metrics" in run.log, tail(run)  # the closing table
     assert "WorkerDict" not in run.log and "WorkerDict" in run.verl_log  # Ray's workers speak in verl.log only
+    assert "No supported accelerator detected" not in run.log, tail(run)  # verl's GPU notice, off a CPU run's console
     by_step = run.steps()
     for step in range(first_step, steps + 1):
         assert step in by_step, f"step {step} missing from metrics.jsonl: {sorted(by_step)}"

@@ -187,3 +187,23 @@ def test_every_module_a_verl_process_loads_imports_under_verls_external_modules(
     code = f"import {first}; from sarl.backends.verl.cpu.plugin import _replica; _replica()"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_verls_no_accelerator_notice_stays_off_a_cpu_runs_console_whatever_level_verl_sets(caplog, monkeypatch):
+    """verl's platform manager sets its logger's level when imported (after sarl.train quiets it) and then warns
+    "No supported accelerator detected ... Falling back to 'nvidia'": on `backend=verl_cpu` only its errors pass."""
+    import logging
+
+    from sarl.backends.verl.process import quiet_verl_notices
+
+    logger = logging.getLogger("verl.plugin.platform.platform_manager")
+    monkeypatch.setattr(logger, "filters", [])
+    quiet_verl_notices(cpu=True)
+    logger.setLevel("INFO")  # what verl/plugin/platform/platform_manager.py:24 does at import
+    with caplog.at_level(logging.INFO):
+        logger.warning("No supported accelerator detected. Falling back to 'nvidia'.")
+        logger.error("a platform error")
+    assert [r.getMessage() for r in caplog.records if r.name == logger.name] == ["a platform error"]
+    monkeypatch.setattr(logger, "filters", [])
+    quiet_verl_notices(cpu=False)  # on a GPU node the notice matters
+    assert logger.filters == []
