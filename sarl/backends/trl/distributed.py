@@ -273,14 +273,20 @@ def watch_sharding(trainer: Any, cfg: DictConfig, run_dir: Path) -> None:
     trainer.add_callback(ShardingRecord())
 
 
-def trained_state(trainer: Any) -> tuple[Any, int | None]:
-    """What `sarl.runtime.weights.weights_problem` checks `final/` against: `weights.trained_state` of the model in
-    one process; under FSDP the whole state gathered onto rank 0's host as the Trainer's FULL_STATE_DICT save gathers
-    it (accelerate `get_state_dict`: every rank must call it, the others get nothing), so that rank 0 compares every
-    saved tensor with its trained one. The gathered state holds tied parameters (the embedding and the LM head) as
-    two copies, which the save may keep both of: they are made one tensor again, as in the model, and the count of
-    values is left to the tensor-by-tensor check (None)."""
-    if not getattr(trainer, "is_fsdp_enabled", False):
+def save_final(trainer: Any, directory: Path) -> tuple[Any, int | None]:
+    """Save the trained model to `directory` (every rank calls it) and return what
+    `sarl.runtime.weights.weights_problem` checks the save against: `weights.trained_state` of the model in one
+    process; under FSDP with FULL_STATE_DICT the whole state, gathered once onto rank 0's host (accelerate
+    `get_state_dict`: every rank must call it, the others get nothing), saved by the Trainer from that same state
+    and returned to rank 0 (None elsewhere), so the check compares every saved tensor with its trained one without
+    a second gather. The gathered state holds tied parameters (the embedding and the LM head) as two copies: they
+    are made one tensor again first, as in the model, so the save keeps one of them as a one-process save does
+    (transformers drops only tensors that share storage, modeling_utils.py:452-480) instead of writing the
+    embedding matrix twice. The count of values is left to the tensor-by-tensor check (None)."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    full = "FULL_STATE_DICT" in str(getattr(plugin, "state_dict_type", ""))
+    if not getattr(trainer, "is_fsdp_enabled", False) or not full:
+        trainer.save_model(str(directory))
         return weights.trained_state(trainer.accelerator.unwrap_model(trainer.model))
     state = trainer.accelerator.get_state_dict(trainer.model)
     if not state:
@@ -290,4 +296,8 @@ def trained_state(trainer: Any) -> tuple[Any, int | None]:
         owner = first.setdefault(id(param), name)
         if owner != name and owner in state and name in state:
             state[name] = state[owner]
+    if trainer.args.should_save:
+        # Trainer.save_model's FSDP branch with the state gathered above (transformers 5.9.0 trainer.py:3775-3779):
+        # model, config, tokenizer and training arguments
+        trainer._save(str(directory), state_dict=state)
     return state, None

@@ -453,8 +453,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
             (run_dir / "summary.json").write_text(json.dumps(stopped, indent=2))  # no final checkpoint
             return 1
         final = run_dir / FINAL_SUBDIR
-        trainer.save_model(str(final))  # every rank: FSDP gathers the whole model, rank 0 writes it
-        state, numel = distributed.trained_state(trainer)  # every rank: FSDP gathers it again for rank 0
+        state, numel = distributed.save_final(trainer, final)  # every rank: FSDP gathers the model, rank 0 writes it
         if not main:
             return 0
         tokenizer.save_pretrained(str(final))

@@ -300,7 +300,8 @@ def test_dpo_over_two_processes_on_cpu_shards_with_fsdp2_and_writes_the_run_once
     prepared: an FSDP state, FSDP2, the transformer wrap policy with each decoder layer an FSDP unit of its own,
     bf16 parameters gathered from float32 shards, whole-model state dicts, and half of the policy's and of the
     reference's parameter elements held by each rank. Rank 0 writes metrics, `final/` and the summary; `final/`
-    holds the whole model, checked tensor by tensor against the gathered trained one (sarl.runtime.weights)."""
+    holds the whole model (the tied LM head once), checked tensor by tensor against the trained one, gathered once for
+    the save and the check (sarl.runtime.weights)."""
     import torch
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
@@ -356,4 +357,8 @@ def test_dpo_over_two_processes_on_cpu_shards_with_fsdp2_and_writes_the_run_once
     assert sum(p.numel() for p in saved.parameters()) == records[0]["policy"]["numel"]
     with safe_open(str(run / "final" / "model.safetensors"), framework="pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # the float32 master weights, not bf16
+        keys = set(f.keys())
+    # the tied LM head saved once, as one process saves it (the gathered state held it as a second copy)
+    assert "model.embed_tokens.weight" in keys and "lm_head.weight" not in keys
+    assert saved.lm_head.weight.data_ptr() == saved.model.embed_tokens.weight.data_ptr()
     assert any(not torch.equal(a, b) for a, b in zip(saved.parameters(), start.parameters()))
