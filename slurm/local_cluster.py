@@ -238,11 +238,8 @@ class LocalSlurm:
     def wait_until(self, job_id: str, done: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Poll `done()` each second; after `timeout_s`, raise with what SLURM says of the job and its daemons' logs
         (a test waits through this rather than block on a job that will not run again)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if done():
-                return
-            time.sleep(1)
+        if _poll(done, timeout_s, 1.0):
+            return
         shown = self.command("scontrol", "show", "job", job_id, check=False).strip()
         raise LocalSlurmError(f"{what} within {timeout_s} s; job {job_id}: {shown}\n{self.log_tail()}")
 
@@ -271,12 +268,18 @@ class LocalSlurm:
             raise LocalSlurmError(f"{cmd[0] if cmd[0] != 'runuser' else cmd[4]} did not start: {proc.stderr.strip()}")
 
     def _wait_for(self, ready, what: str) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            time.sleep(0.5)
-        raise LocalSlurmError(f"timed out waiting for {what}\n{self.log_tail()}")
+        if not _poll(ready, self.startup_timeout_s, 0.5):
+            raise LocalSlurmError(f"timed out waiting for {what}\n{self.log_tail()}")
+
+
+def _poll(ready: Callable[[], bool], timeout_s: float, interval_s: float) -> bool:
+    """Whether `ready()` came true within `timeout_s`, asked every `interval_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(interval_s)
+    return False
 
 
 def _alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import JSONHandler, LoopbackServer, closing_all, vllm_python_or_skip  # noqa: F401 - the eval tests import it here
+from testkit import JSONHandler, LoopbackServer, closing_all
 
 from eval.grading.grader import Grader
 

@@ -5,7 +5,8 @@ import json
 import subprocess
 
 import pytest
-from eval_helpers import REPO, chat_reply, fixture_rows, response_token_count, row_messages, vllm_python_or_skip
+from eval_helpers import REPO, chat_reply, fixture_rows, response_token_count, row_messages
+from testkit import vllm_python_or_skip
 
 from eval.generate import (
     Generation,

@@ -15,9 +15,9 @@ from eval_helpers import (
     fixture_judge,
     fixture_rows,
     response_token_count,
-    vllm_python_or_skip,
     write_benchmarks,
 )
+from testkit import vllm_python_or_skip
 
 from eval import run as eval_run
 from eval.config import BACKENDS, compose_eval_config, generator_name, run_name
