@@ -53,10 +53,13 @@ PROBE_GRAMS = 256
 def host_probe(repeats: int = 3) -> dict:
     """What this host gives at the moment, to compare figures measured on hosts of the same name (a virtual
     machine's memory bandwidth and CPU share vary from one host to the next): the memory copy rate (a 128 MB
-    float32 array copied into another, GB/s read + written) and the rate of the reward's Gram products
-    (`x @ x.T` of a 79 x 1,024 float32 response, one BLAS thread, per second). Best of `repeats`; ~0.3 s."""
+    float32 array copied into another, GB/s read + written) and the rate of Gram products of a 79 x 1,024
+    float32 response on one thread, per second: numpy's `x @ x.T` (BLAS, the figure earlier reports give) and the
+    reward's compiled `sarl.structure.kernels.gram`. Best of `repeats`; ~0.4 s."""
     import numpy as np
     from threadpoolctl import threadpool_limits
+
+    from sarl.structure.kernels import gram
 
     src = np.ones(PROBE_COPY_FLOATS, dtype=np.float32)
     dst = np.zeros_like(src)  # both touched before timing
@@ -64,9 +67,11 @@ def host_probe(repeats: int = 3) -> dict:
     xs = np.random.default_rng(0).standard_normal((PROBE_GRAMS, *PROBE_GRAM_SHAPE), dtype=np.float32)
     with threadpool_limits(limits=1, user_api="blas"):
         gram_s = min(timed(lambda: [x @ x.T for x in xs])[0] for _ in range(repeats))
+    kernel_s = min(timed(lambda: [gram(x) for x in xs])[0] for _ in range(repeats))
     return {
         "memory_copy_gb_s": round(2 * src.nbytes / copy_s / 1e9, 1),
         "gram_79x1024_per_s_1_thread": round(PROBE_GRAMS / gram_s),
+        "gram_kernel_79x1024_per_s_1_thread": round(PROBE_GRAMS / kernel_s),
     }
 
 
@@ -75,8 +80,9 @@ def print_machine(console: Console, when: str, info: dict) -> None:
         f"[bold]{when}[/]: {info['date_utc']} UTC, {info['cores']} cores ({info['cpu']}), "
         f"load average {info['load_avg_1_5_15'][0]} / {info['load_avg_1_5_15'][1]} / {info['load_avg_1_5_15'][2]} "
         f"(1/5/15 min), numpy {info['numpy']}, scikit-learn {info['sklearn']}\n"
-        f"host now: memory copy {info['memory_copy_gb_s']} GB/s, {info['gram_79x1024_per_s_1_thread']} Gram "
-        "products of 79 x 1,024 float32 per s on 1 thread"
+        f"host now: memory copy {info['memory_copy_gb_s']} GB/s; Gram products of 79 x 1,024 float32 per s on 1 "
+        f"thread: {info['gram_79x1024_per_s_1_thread']} with BLAS, {info['gram_kernel_79x1024_per_s_1_thread']} with "
+        "the reward's kernel"
     )
 
 

@@ -1,11 +1,12 @@
 """Per-response clustering of step embeddings into latent reasoning functions
 (SARL Sec. 3.2 Eq. 3, App. A.1; decisions §1.3 "Clustering").
 
-Each response is clustered on its own Gram matrix G = X X^T (one BLAS call, the one
-product whose cost grows with the embedding dimension); everything after it works on
-M x M matrices in loops compiled by numba (`sarl.structure.kernels`), so the cost per response is
-the product plus a few M^2 passes, memory is a few M x M arrays, and a response's labels
-never depend on the other responses in the batch. Finiteness is checked on G's diagonal.
+Each response is clustered on its own Gram matrix G = X X^T (the one product whose cost grows
+with the embedding dimension: a compiled kernel for KMeans, `sarl.structure.kernels.gram`; BLAS in
+float64 for HDBSCAN, as scikit-learn computes it); everything after it works on M x M matrices
+in loops compiled by numba (`sarl.structure.kernels`), so the cost per response is the product
+plus a few M^2 passes, memory is a few M x M arrays, and a response's labels never depend on the
+other responses in the batch. Finiteness is checked on G's diagonal.
 
 - KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with decisions §1's rule
   round(sqrt(M)) by default (`k_rule`, see `K_RULES` for the ablation's others);
@@ -29,7 +30,7 @@ import numpy as np
 from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
 from sarl.contract.threads import limited, run_each
-from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.kernels import gram, hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 METHODS = ("kmeans", "hdbscan")
 
@@ -167,10 +168,9 @@ def cluster_batch(
     u = np.random.default_rng(seed).random((kmax, _U_COLUMNS))
 
     def kmeans_one(i: int) -> None:
-        # Its Gram matrix (BLAS), then the compiled seeding and Lloyd iterations (sarl.structure.kernels).
+        # Its Gram matrix, then the compiled seeding and Lloyd iterations (sarl.structure.kernels).
         x = xs[i]
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow and NaN are found on the diagonal
-            g = x @ x.T
+        g = gram(x)
         d2, min_off, finite = squared_distances(g)
         if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow
             g = _gram(x, i)

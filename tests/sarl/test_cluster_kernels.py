@@ -6,14 +6,15 @@ import math
 import numpy as np
 import pytest
 
+from sarl.structure import kernels
 from sarl.structure.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
-from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.kernels import gram, hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 
 def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
     """Greedy k-means++ (scikit-learn's 2 + ln k local trials) and Lloyd's iterations in kernel form, in numpy
-    one response at a time: the arithmetic sarl.structure.kernels.kmeans_labels compiles."""
-    g = (x @ x.T).astype(np.float64)
+    one response at a time: the arithmetic sarl.structure.kernels.kmeans_labels compiles, from the same Gram matrix."""
+    g = gram(np.ascontiguousarray(x)).astype(np.float64)
     m = len(x)
     sq = np.diagonal(g)
     d2 = np.maximum((sq[:, None] + sq[None, :]) - 2.0 * g, 0.0)
@@ -196,14 +197,45 @@ def test_labels_do_not_depend_on_the_batch(method):
         assert all(np.array_equal(alone[i], g) for i, g in zip(order, got))
 
 
+GRAM_VARIANTS = {
+    "4x4": kernels._compiled(kernels._GRAM_SIGNATURES, fastmath=kernels._DOT)(kernels._gram_4x4),
+    "4x2": kernels._compiled(kernels._GRAM_SIGNATURES, fastmath=kernels._DOT)(kernels._gram_4x2),
+}
+
+
+@pytest.mark.parametrize("variant", ["gram", *GRAM_VARIANTS])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gram_products_are_exactly_symmetric(dtype):
-    """kmeans_labels reads G by rows where the sums need columns: numpy's X @ X.T (BLAS syrk) is symmetric."""
+def test_gram_products_equal_numpys_to_rounding_and_are_exactly_symmetric(variant, dtype):
+    """kmeans_labels reads G by rows where the sums need columns, so G must be exactly symmetric; both block shapes
+    (the one this machine does not use included) give X X^T to the rounding of a sum over d, in the input's precision,
+    and the same bits whatever else was computed before."""
+    fn = gram if variant == "gram" else GRAM_VARIANTS[variant]
     rng = np.random.default_rng(1)
-    for m in (2, 7, 80, 401):
-        x = np.ascontiguousarray(rng.normal(size=(m, 96)).astype(dtype))
-        g = x @ x.T
-        assert np.array_equal(g, g.T)
+    eps = np.finfo(dtype).eps
+    for m in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 80, 401):
+        for d in (1, 7, 96, 1024):
+            x = np.ascontiguousarray(rng.normal(size=(m, d)).astype(dtype))
+            g = fn(x)
+            assert g.dtype == dtype and g.shape == (m, m)
+            assert np.array_equal(g, g.T)
+            exact = x.astype(np.longdouble) @ x.T.astype(np.longdouble)
+            bound = 4 * d * eps * np.sqrt(np.outer(np.diagonal(exact), np.diagonal(exact)))  # |sum| <= |x_i| |x_j|
+            assert (np.abs(g - exact) <= bound + np.finfo(dtype).tiny).all(), (variant, dtype, m, d)
+            assert np.array_equal(fn(x.copy()), g)  # a fresh copy (other alignment): the same bits
+
+
+def test_gram_keeps_nan_and_infinity_on_the_diagonal():
+    """Reassociation only: a NaN or an infinity in a step still makes its diagonal entry non-finite (the check
+    squared_distances relies on), and float32 squares that overflow give infinity, not a wrapped value."""
+    for dtype in (np.float32, np.float64):
+        for bad in (np.nan, np.inf, -np.inf):
+            x = np.ones((6, 33), dtype=dtype)
+            x[4, 17] = bad
+            g = gram(x)
+            assert not np.isfinite(g[4, 4]) and np.isfinite(np.delete(np.diagonal(g), 4)).all()
+            assert not squared_distances(g)[2]
+    big = np.full((5, 8), 1e20, dtype=np.float32)
+    assert np.isinf(np.diagonal(gram(big))).all()
 
 
 def test_kernels_compile_in_memory_where_no_cache_directory_is_writable(monkeypatch):
