@@ -45,7 +45,7 @@ in numpy (a fixed order of summation; tests/sarl/embed/test_base.py holds the tw
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 
 def _compiled(signatures, fastmath=False):
@@ -81,7 +81,15 @@ def wide_vector_registers() -> bool:
 
 # Reassociation only: a dot product may be summed in SIMD lanes (`gram`); no assumption about NaN or infinity.
 _DOT = {"reassoc", "contract"}
-_GRAM_SIGNATURES = ["f4[:, ::1](f4[:, ::1])", "f8[:, ::1](f8[:, ::1])"]
+# Writable and read-only inputs alike (embeddings from `np.frombuffer` or a read-only memory map are read-only).
+_GRAM_SIGNATURES = [
+    types.Array(t, 2, "C")(types.Array(t, 2, "C", readonly=ro)) for t in (types.float32, types.float64) for ro in (0, 1)
+]
+_GRAM_REST_SIGNATURES = [
+    types.void(types.Array(t, 2, "C", readonly=ro), types.Array(t, 2, "C"), types.int64, t)
+    for t in (types.float32, types.float64)
+    for ro in (0, 1)
+]
 
 
 def _gram_4x4(x):
@@ -154,7 +162,7 @@ def _gram_4x2(x):
     return g
 
 
-@_compiled(["void(f4[:, ::1], f4[:, ::1], i8, f4)", "void(f8[:, ::1], f8[:, ::1], i8, f8)"], fastmath=_DOT)
+@_compiled(_GRAM_REST_SIGNATURES, fastmath=_DOT)
 def _gram_rest(x, g, mi, zero):
     """The rows from `mi` on of the lower triangle, entry by entry, then the upper triangle mirrored from the lower."""
     m, d = x.shape

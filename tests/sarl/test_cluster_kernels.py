@@ -222,6 +222,20 @@ def test_gram_products_equal_numpys_to_rounding_and_are_exactly_symmetric(varian
             bound = 4 * d * eps * np.sqrt(np.outer(np.diagonal(exact), np.diagonal(exact)))  # |sum| <= |x_i| |x_j|
             assert (np.abs(g - exact) <= bound + np.finfo(dtype).tiny).all(), (variant, dtype, m, d)
             assert np.array_equal(fn(x.copy()), g)  # a fresh copy (other alignment): the same bits
+            frozen = x.copy()
+            frozen.setflags(write=False)  # as np.frombuffer or a read-only memory map gives them
+            assert np.array_equal(fn(frozen), g)
+
+
+@pytest.mark.parametrize("method", ["kmeans", "hdbscan"])
+def test_read_only_embeddings_cluster_as_writable_ones(method):
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(m, 40)).astype(dtype) for m in (2, 9, 31) for dtype in (np.float32, np.float64)]
+    frozen = [x.copy() for x in xs]
+    for x in frozen:
+        x.setflags(write=False)
+    for a, b in zip(cluster_batch(xs, method=method), cluster_batch(frozen, method=method)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_gram_keeps_nan_and_infinity_on_the_diagonal():
