@@ -13,6 +13,9 @@ Three data families, every one with step counts drawn from the spread of real re
 - planted: a few latent "functions" per response (k as the k rule gives), steps = centre + noise;
 - minilm: real sentence embeddings (the MiniLM model shipped for tests) of the steps of the shipped
   traces (sarl/samples) and of sentences of the test fixtures, as windows of that text stream.
+
+Then the Gram product alone by response length (`gram_steps`): the reward's compiled kernel against numpy's
+X @ X.T, and ours at training size (`scale_responses`) with the kernels' import time.
 """
 
 from __future__ import annotations
@@ -247,6 +250,45 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
     return rows
 
 
+def bench_gram(cfg: DictConfig) -> list[dict]:
+    """Gram products X X^T of one M x dim float32 response (in cache, `gram_products` per timed call) for each M of
+    `gram_steps`: the reward's compiled kernel (`sarl.structure.kernels.gram`) against numpy's `x @ x.T` (BLAS's
+    symmetric rank-k update), alternating, under the run's thread limits. GFLOP/s count the M (M + 1) / 2 dot
+    products of d multiply-adds each that both compute."""
+    from sarl.structure.kernels import wide_vector_registers
+
+    rng = np.random.default_rng(cfg.seed)
+    rows = []
+    for m in cfg.gram_steps:
+        x = rng.standard_normal((int(m), cfg.dim), dtype=np.float32)
+        n = int(cfg.gram_products)
+
+        def kernel(x=x, n=n):
+            for _ in range(n):
+                gram(x)
+
+        def blas(x=x, n=n):
+            for _ in range(n):
+                x @ x.T
+
+        times = alternate({"kernel": kernel, "numpy": blas}, cfg.repeats)
+        flop = m * (m + 1) * cfg.dim  # 2 flops per multiply-add
+        k_s, b_s = median(times["kernel"]) / n, median(times["numpy"]) / n
+        rows.append(
+            {
+                "steps": int(m),
+                "dim": int(cfg.dim),
+                "kernel_us": 1e6 * k_s,
+                "numpy_us": 1e6 * b_s,
+                "kernel_gflop_s": flop / k_s / 1e9,
+                "numpy_gflop_s": flop / b_s / 1e9,
+                "speedup": b_s / k_s,
+                "blocks": "4 x 4" if wide_vector_registers() else "4 x 2",
+            }
+        )
+    return rows
+
+
 _IMPORT_KERNELS = "import time; t = time.perf_counter(); import sarl.structure.kernels; print(time.perf_counter() - t)"
 
 
@@ -323,6 +365,26 @@ COLUMNS = (
 )
 
 
+def print_gram(console: Console, grams: list[dict], repeats: int) -> None:
+    t = Table(title=f"Gram products of one response ({grams[0]['dim']} dims, float32, in cache), median of {repeats}")
+    for col in ("steps", "kernel us", "numpy X @ X.T us", "kernel GFLOP/s", "numpy GFLOP/s", "kernel speed-up"):
+        t.add_column(col, justify="right")
+    for g in grams:
+        t.add_row(
+            str(g["steps"]),
+            f"{g['kernel_us']:.1f}",
+            f"{g['numpy_us']:.1f}",
+            f"{g['kernel_gflop_s']:.0f}",
+            f"{g['numpy_gflop_s']:.0f}",
+            f"{g['speedup']:.2f}x",
+        )
+    console.print(t)
+    console.print(
+        f"kernel: sarl.structure.kernels.gram, register blocks of {grams[0]['blocks']} entries on this CPU; "
+        "numpy: BLAS's symmetric rank-k update. GFLOP/s count the M (M + 1) / 2 dot products both compute."
+    )
+
+
 def run_structure(cfg: DictConfig, console: Console) -> dict:
     rows = []
     for family in cfg.families:
@@ -358,6 +420,9 @@ def run_structure(cfg: DictConfig, console: Console) -> dict:
         "inertia: mean over responses of ours / scikit-learn's KMeans objective; ARI: mean adjusted Rand index "
         "against the planted labels."
     )
+    grams = bench_gram(cfg) if cfg.gram_steps else []
+    if grams:
+        print_gram(console, grams, cfg.repeats)
     scale = bench_scale(cfg, console) if cfg.scale_responses else None
     if scale:
         t = Table(
@@ -384,4 +449,4 @@ def run_structure(cfg: DictConfig, console: Console) -> dict:
             "(once per installation), "
             f"{st['warm_import_s']:.2f} s from the cache (every later process, before its first call)."
         )
-    return {"rows": rows, "scale": scale}
+    return {"rows": rows, "gram": grams, "scale": scale}

@@ -62,6 +62,13 @@ def test_quick_structure_suite_prints_every_column_and_labels_agree():
     planted = next(r for r in rows if r["family"] == "planted" and r["method"] == "kmeans")
     assert planted["ari_ours_truth"] >= 0.9
     assert next(r for r in rows if r["family"] == "minilm")["dim"] == 384
+    for r in rows:  # the roofline is ours' own Gram product; numpy's BLAS product is timed beside it
+        assert r["roofline_ms"] > 0 and r["blas_gram_ms"] > 0 and len(r["blas_gram_times_s"]) == 3
+    (gram,) = out["structure"]["gram"]  # quick mode: one shape
+    assert (gram["steps"], gram["dim"]) == (9, 1024) and gram["blocks"] in ("4 x 4", "4 x 2")
+    assert gram["kernel_us"] > 0 and gram["numpy_us"] > 0
+    assert gram["speedup"] == pytest.approx(gram["numpy_us"] / gram["kernel_us"])
+    assert "Gram products of one response" in text and "kernel speed-up" in text
     scale = out["structure"]["scale"]
     assert set(scale["kmeans"]) == {"first_ms", "later_ms", "first_over_later", "peak_mb"}
     assert scale["startup"]["cold_import_s"] > 0 and scale["startup"]["warm_import_s"] > 0
