@@ -55,11 +55,11 @@ def host_probe(repeats: int = 3) -> dict:
     machine's memory bandwidth and CPU share vary from one host to the next): the memory copy rate (a 128 MB
     float32 array copied into another, GB/s read + written) and the rate of Gram products of a 79 x 1,024
     float32 response on one thread, per second: numpy's `x @ x.T` (BLAS, the figure earlier reports give) and the
-    reward's compiled `sarl.structure.kernels.gram`. Best of `repeats`; ~0.4 s."""
+    reward's compiled `sarl.structure.gram.gram`. Best of `repeats`; ~0.4 s."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
-    from sarl.structure.kernels import gram
+    from sarl.structure.gram import gram  # deferred: numba loads the compiled kernels; only when a report probes
 
     src = np.ones(PROBE_COPY_FLOATS, dtype=np.float32)
     dst = np.zeros_like(src)  # both touched before timing

@@ -34,8 +34,8 @@ from rich.table import Table
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
 from sarl.structure.cluster import cluster_batch, hdbscan_params, kmeans_k
 from sarl.structure.embed.local import SentenceTransformerEmbedder
+from sarl.structure.gram import gram, wide_vector_registers
 from sarl.structure.graph import reasoning_map, structure_reward
-from sarl.structure.kernels import gram
 from sarl.structure.reward import structure_rewards_from_embeddings
 from sarl.structure.steps import split_steps
 
@@ -252,11 +252,9 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
 
 def bench_gram(cfg: DictConfig) -> list[dict]:
     """Gram products X X^T of one M x dim float32 response (in cache, `gram_products` per timed call) for each M of
-    `gram_steps`: the reward's compiled kernel (`sarl.structure.kernels.gram`) against numpy's `x @ x.T` (BLAS's
+    `gram_steps`: the reward's compiled kernel (`sarl.structure.gram.gram`) against numpy's `x @ x.T` (BLAS's
     symmetric rank-k update), alternating, under the run's thread limits. GFLOP/s count the M (M + 1) / 2 dot
     products of d multiply-adds each that both compute."""
-    from sarl.structure.kernels import wide_vector_registers
-
     rng = np.random.default_rng(cfg.seed)
     rows = []
     for m in cfg.gram_steps:
@@ -380,7 +378,7 @@ def print_gram(console: Console, grams: list[dict], repeats: int) -> None:
         )
     console.print(t)
     console.print(
-        f"kernel: sarl.structure.kernels.gram, register blocks of {grams[0]['blocks']} entries on this CPU; "
+        f"kernel: sarl.structure.gram.gram, register blocks of {grams[0]['blocks']} entries on this CPU; "
         "numpy: BLAS's symmetric rank-k update. GFLOP/s count the M (M + 1) / 2 dot products both compute."
     )
 

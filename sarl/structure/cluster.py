@@ -2,7 +2,7 @@
 (SARL Sec. 3.2 Eq. 3, App. A.1; decisions §1.3 "Clustering").
 
 Each response is clustered on its own Gram matrix G = X X^T (the one product whose cost grows
-with the embedding dimension: a compiled kernel for KMeans, `sarl.structure.kernels.gram`; BLAS in
+with the embedding dimension: a compiled kernel for KMeans, `sarl.structure.gram.gram`; BLAS in
 float64 for HDBSCAN, as scikit-learn computes it); everything after it works on M x M matrices
 in loops compiled by numba (`sarl.structure.kernels`), so the cost per response is the product
 plus a few M^2 passes, memory is a few M x M arrays, and a response's labels never depend on the
@@ -30,7 +30,8 @@ import numpy as np
 from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
 from sarl.contract.threads import limited, run_each
-from sarl.structure.kernels import gram, hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.gram import gram
+from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 METHODS = ("kmeans", "hdbscan")
 

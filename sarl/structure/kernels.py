@@ -1,8 +1,8 @@
 """Compiled kernels of the structure stage: KMeans on one response's Gram matrix (SARL App. A.1;
 decisions §1.3 "Clustering") and the reasoning-map metrics C and L (SARL Eqs. 4-5).
 
-KMeans. `gram` computes a response's Gram matrix G = X X^T (below), and the rest works on the M x M matrix in loops
-that numba compiles (`_compiled`: at import, cached on disk). Nothing here allocates more than a few M x M arrays.
+KMeans. `sarl.structure.gram` computes a response's Gram matrix G = X X^T, and the rest works on the M x M matrix in
+loops that numba compiles (`compiled`: at import, cached on disk). Nothing here allocates more than a few M x M arrays.
 
 The arithmetic is fixed operation by operation (tests/sarl/test_cluster_kernels.py holds it to a plain
 numpy reference, label for label): squared distances ||x_i - x_j||^2 = (G_ii + G_jj) - 2 G_ij clipped
@@ -11,19 +11,7 @@ at 0; greedy k-means++ seeding with scikit-learn's 2 + ln k local trials, the ca
 ||x_i - c_j||^2 = G_ii - 2 S_ij / n_j + (sum_{l in j} S_lj) / n_j^2 with S_ij = sum_{l in j} G_il summed
 in step order, the first closest centre on ties. A Lloyd iteration costs M^2 additions (a one-hot matrix
 product would cost M^2 k) and no temporary arrays. The sums read G by rows, which relies on G being
-exactly symmetric: `gram` computes one triangle and mirrors it.
-
-Gram products. `gram` is X X^T for one response, the one product whose cost grows with the embedding dimension
-(80% of the KMeans stage's time). OpenBLAS's symmetric rank-k update runs at a third to a half of a core's peak on
-the matrices of one response (79 x 1,024: 57 GFLOP/s on a Zen 5 core, where its large-matrix rate is 110), and
-picks its kernels from a CPU table that can lag the hardware (OpenBLAS 0.3.30 runs AVX2 code on AVX-512 Zen 5). The
-kernel here computes the lower triangle in register blocks (4 x 4 entries where the target has 32 vector
-registers: AVX-512 or AArch64; 4 x 2 with 16: AVX2), each entry a dot product over the d coordinates, and mirrors
-it: 2.5x OpenBLAS at 79 x 1,024 and 1.4x at 400 x 1,024 on the Zen 5 core (`python -m sarl.bench suite=structure`).
-It is the one kernel compiled with reassociation (fastmath "reassoc" and "contract", nothing else: NaN and
-infinity keep their meaning): a dot product is summed in SIMD lanes, in an order that depends on the target's
-vector width, as BLAS's does on its kernel. So G differs from numpy's X @ X.T by rounding (relative 1e-7 in
-float32), is exactly symmetric, and depends on the response alone, not on the batch.
+exactly symmetric: `sarl.structure.gram.gram` computes one triangle and mirrors it.
 
 HDBSCAN. `hdbscan_mst` gives the minimum spanning tree of the mutual-reachability graph of one response
 from its float64 Gram matrix: Euclidean distances as scikit-learn computes them, core distances
@@ -45,10 +33,10 @@ in numpy (a fixed order of summation; tests/sarl/embed/test_base.py holds the tw
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import njit
 
 
-def _compiled(signatures, fastmath=False):
+def compiled(signatures, fastmath=False):
     """numba's njit for the given signatures, compiled when this module is imported (so no call pays for it)
     and cached on disk: compiled once per installation (a few seconds), then loaded (a fraction of one).
     Where numba finds no writable cache directory (read-only install, no writable home; NUMBA_CACHE_DIR
@@ -64,128 +52,11 @@ def _compiled(signatures, fastmath=False):
     return wrap
 
 
-def wide_vector_registers() -> bool:
-    """Whether numba's compile target has 32 vector registers (x86 with AVX-512, AArch64), so that `gram`'s 4 x 4
-    block of sums and the 8 vectors it loads fit in registers; with 16 (AVX2) it takes blocks of 4 x 2. Follows
-    NUMBA_CPU_FEATURES where it is set, as numba's code generation does."""
-    import platform
-
-    from numba.core import config
-    from numba.core.codegen import get_host_cpu_features
-
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return True
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    return "+avx512f" in features.split(",")
-
-
-# Reassociation only: a dot product may be summed in SIMD lanes (`gram`); no assumption about NaN or infinity.
-_DOT = {"reassoc", "contract"}
-# Writable and read-only inputs alike (embeddings from `np.frombuffer` or a read-only memory map are read-only).
-_GRAM_SIGNATURES = [
-    types.Array(t, 2, "C")(types.Array(t, 2, "C", readonly=ro)) for t in (types.float32, types.float64) for ro in (0, 1)
-]
-_GRAM_REST_SIGNATURES = [
-    types.void(types.Array(t, 2, "C", readonly=ro), types.Array(t, 2, "C"), types.int64, t)
-    for t in (types.float32, types.float64)
-    for ro in (0, 1)
-]
-
-
-def _gram_4x4(x):
-    """X X^T: the lower triangle in blocks of 4 x 4 entries (rows i..i+3 against rows j..j+3, 16 sums over the
-    coordinates), the last M mod 4 rows entry by entry, then the upper triangle mirrored."""
-    m, d = x.shape
-    g = np.empty((m, m), dtype=x.dtype)
-    zero = np.zeros(1, dtype=x.dtype)[0]
-    mi = m - m % 4
-    for i in range(0, mi, 4):
-        a0, a1, a2, a3 = x[i], x[i + 1], x[i + 2], x[i + 3]
-        for j in range(0, i + 4, 4):  # i + 4 is a multiple of 4: whole blocks up to the diagonal
-            b0, b1, b2, b3 = x[j], x[j + 1], x[j + 2], x[j + 3]
-            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = zero
-            s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = zero
-            for t in range(d):
-                p0, p1, p2, p3 = a0[t], a1[t], a2[t], a3[t]
-                q0, q1, q2, q3 = b0[t], b1[t], b2[t], b3[t]
-                s00 += p0 * q0
-                s01 += p0 * q1
-                s02 += p0 * q2
-                s03 += p0 * q3
-                s10 += p1 * q0
-                s11 += p1 * q1
-                s12 += p1 * q2
-                s13 += p1 * q3
-                s20 += p2 * q0
-                s21 += p2 * q1
-                s22 += p2 * q2
-                s23 += p2 * q3
-                s30 += p3 * q0
-                s31 += p3 * q1
-                s32 += p3 * q2
-                s33 += p3 * q3
-            g[i, j], g[i, j + 1], g[i, j + 2], g[i, j + 3] = s00, s01, s02, s03
-            g[i + 1, j], g[i + 1, j + 1], g[i + 1, j + 2], g[i + 1, j + 3] = s10, s11, s12, s13
-            g[i + 2, j], g[i + 2, j + 1], g[i + 2, j + 2], g[i + 2, j + 3] = s20, s21, s22, s23
-            g[i + 3, j], g[i + 3, j + 1], g[i + 3, j + 2], g[i + 3, j + 3] = s30, s31, s32, s33
-    _gram_rest(x, g, mi, zero)
-    return g
-
-
-def _gram_4x2(x):
-    """X X^T as `_gram_4x4`, in blocks of 4 x 2 entries (8 sums: what fits in 16 vector registers)."""
-    m, d = x.shape
-    g = np.empty((m, m), dtype=x.dtype)
-    zero = np.zeros(1, dtype=x.dtype)[0]
-    mi = m - m % 4
-    for i in range(0, mi, 4):
-        a0, a1, a2, a3 = x[i], x[i + 1], x[i + 2], x[i + 3]
-        for j in range(0, i + 4, 2):
-            b0, b1 = x[j], x[j + 1]
-            s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero
-            for t in range(d):
-                p0, p1, p2, p3 = a0[t], a1[t], a2[t], a3[t]
-                q0, q1 = b0[t], b1[t]
-                s00 += p0 * q0
-                s01 += p0 * q1
-                s10 += p1 * q0
-                s11 += p1 * q1
-                s20 += p2 * q0
-                s21 += p2 * q1
-                s30 += p3 * q0
-                s31 += p3 * q1
-            g[i, j], g[i, j + 1] = s00, s01
-            g[i + 1, j], g[i + 1, j + 1] = s10, s11
-            g[i + 2, j], g[i + 2, j + 1] = s20, s21
-            g[i + 3, j], g[i + 3, j + 1] = s30, s31
-    _gram_rest(x, g, mi, zero)
-    return g
-
-
-@_compiled(_GRAM_REST_SIGNATURES, fastmath=_DOT)
-def _gram_rest(x, g, mi, zero):
-    """The rows from `mi` on of the lower triangle, entry by entry, then the upper triangle mirrored from the lower."""
-    m, d = x.shape
-    for i in range(mi, m):
-        for j in range(i + 1):
-            s = zero
-            for t in range(d):
-                s += x[i, t] * x[j, t]
-            g[i, j] = s
-    for i in range(m):
-        for j in range(i + 1, m):
-            g[i, j] = g[j, i]
-
-
-# X X^T of one response (float32 or float64, C-contiguous), exactly symmetric; see the module's "Gram products".
-gram = _compiled(_GRAM_SIGNATURES, fastmath=_DOT)(_gram_4x4 if wide_vector_registers() else _gram_4x2)
-
-
 # Distances below this are exact duplicates for the seeding (float noise of G_ii + G_jj - 2 G_ij).
 _ZERO = 1e-12
 
 
-@_compiled(["Tuple((f8[:, ::1], f8, b1))(f4[:, ::1])", "Tuple((f8[:, ::1], f8, b1))(f8[:, ::1])"])
+@compiled(["Tuple((f8[:, ::1], f8, b1))(f4[:, ::1])", "Tuple((f8[:, ::1], f8, b1))(f8[:, ::1])"])
 def squared_distances(g):
     """(D, min_off, finite): D[i, j] = ||x_i - x_j||^2 from the Gram matrix `g` (float32 or float64), clipped
     at 0, zero diagonal, in float64; min_off the smallest off-diagonal entry (inf for one step); finite False
@@ -213,7 +84,7 @@ def squared_distances(g):
     return d2, min_off, finite
 
 
-@_compiled(
+@compiled(
     [
         "i8[::1](f4[:, ::1], f8[:, ::1], i8, f8[:, ::1], i8, i8)",
         "i8[::1](f8[:, ::1], f8[:, ::1], i8, f8[:, ::1], i8, i8)",
@@ -321,7 +192,7 @@ def kmeans_labels(g, d2, k, u, n_trials, max_iter):
     return labels
 
 
-@_compiled("Tuple((i8[::1], i8[::1], f8[::1]))(f8[:, ::1], f8[::1], i8)")
+@compiled("Tuple((i8[::1], i8[::1], f8[::1]))(f8[:, ::1], f8[::1], i8)")
 def hdbscan_mst(g, xx, min_samples):
     """(source, target, distance) of the m - 1 edges, in Prim's order, of the minimum spanning tree of the
     mutual-reachability graph (HDBSCAN, Campello et al. 2013; SARL App. A.1) of the m steps whose Gram
@@ -379,7 +250,7 @@ def hdbscan_mst(g, xx, min_samples):
     return src, dst, dist
 
 
-@_compiled("Tuple((f8[::1], f8[::1], i8[::1], i8[::1]))(i8[::1], i8[::1])")
+@compiled("Tuple((f8[::1], f8[::1], i8[::1], i8[::1]))(i8[::1], i8[::1])")
 def graph_metrics_flat(labels, offsets):
     """C, L (NaN where undefined), nodes and edges of the reasoning map of every response; response r's labels
     are labels[offsets[r]:offsets[r + 1]]. Nodes are the distinct labels (numbered by first occurrence), one
@@ -471,7 +342,7 @@ def graph_metrics_flat(labels, offsets):
     return c_out, l_out, nodes_out, edges_out
 
 
-@_compiled("i8(i8, i8[::1], i8[::1], i8, i8[::1])")
+@compiled("i8(i8, i8[::1], i8[::1], i8, i8[::1])")
 def _tree_bfs(start, left, right, n, out):
     """The nodes of a binary tree below `start` (itself included) breadth first, left child before right, as
     scikit-learn's `bfs_from_hierarchy` and `bfs_from_cluster_tree` list them: written to `out`, their number
@@ -491,7 +362,7 @@ def _tree_bfs(start, left, right, n, out):
     return tail
 
 
-@_compiled("i8(i8[::1], i8)")
+@compiled("i8(i8[::1], i8)")
 def _root(parent, x):
     """The root of x in scikit-learn's TreeUnionFind (parent[x] == x at a root), compressing the path."""
     r = x
@@ -504,7 +375,7 @@ def _root(parent, x):
     return r
 
 
-@_compiled("i8[::1](i8[::1], i8[::1], f8[::1], i8)")
+@compiled("i8[::1](i8[::1], i8[::1], f8[::1], i8)")
 def hdbscan_tree_labels(src, dst, dist, min_cluster_size):
     """HDBSCAN's labels (-1 noise) from the minimum spanning tree's edges sorted by distance: scikit-learn's
     `make_single_linkage` and `tree_to_labels(tree, min_cluster_size, "eom", allow_single_cluster=False,
@@ -657,7 +528,7 @@ def hdbscan_tree_labels(src, dst, dist, min_cluster_size):
 ROW_OK, ROW_NON_FINITE, ROW_NORM_OVERFLOW, ROW_ZERO_NORM, ROW_SKIPPED = 0, 1, 2, 3, 4
 
 
-@_compiled(["u1[::1](f4[:, ::1], i8[::1], f8, f4[:, ::1])", "u1[::1](f8[:, ::1], i8[::1], f8, f4[:, ::1])"])
+@compiled(["u1[::1](f4[:, ::1], i8[::1], f8, f4[:, ::1])", "u1[::1](f8[:, ::1], i8[::1], f8, f4[:, ::1])"])
 def normalise_rows(x, rows, norm_eps, out):
     """Writes the unit vector of each row k of the raw embeddings `x` (float32 or float64) into `out[rows[k]]`
     as float32(float64(x_ki) / norm_k), or gives the reason the row is unusable; rows[k] < 0 skips row k.

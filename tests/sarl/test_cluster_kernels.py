@@ -6,9 +6,11 @@ import math
 import numpy as np
 import pytest
 
+from sarl.structure import gram as gram_module
 from sarl.structure import kernels
 from sarl.structure.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
-from sarl.structure.kernels import gram, hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
+from sarl.structure.gram import gram
+from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 
 def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
@@ -198,8 +200,8 @@ def test_labels_do_not_depend_on_the_batch(method):
 
 
 GRAM_VARIANTS = {
-    "4x4": kernels._compiled(kernels._GRAM_SIGNATURES, fastmath=kernels._DOT)(kernels._gram_4x4),
-    "4x2": kernels._compiled(kernels._GRAM_SIGNATURES, fastmath=kernels._DOT)(kernels._gram_4x2),
+    "4x4": kernels.compiled(gram_module._GRAM_SIGNATURES, fastmath=gram_module._DOT)(gram_module._gram_4x4),
+    "4x2": kernels.compiled(gram_module._GRAM_SIGNATURES, fastmath=gram_module._DOT)(gram_module._gram_4x2),
 }
 
 
@@ -264,7 +266,7 @@ def test_kernels_compile_in_memory_where_no_cache_directory_is_writable(monkeypa
 
     monkeypatch.setattr(kernels, "njit", njit_without_cache)
 
-    @kernels._compiled("i8(i8)")
+    @kernels.compiled("i8(i8)")
     def twice(x):
         return 2 * x
 
