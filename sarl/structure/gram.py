@@ -1,15 +1,15 @@
 """The Gram product of one response's step embeddings (SARL App. A.1's clustering starts from it; decisions §1.3).
 
 `gram` is X X^T for one response, the one product whose cost grows with the embedding dimension (80% of the KMeans
-stage's time). OpenBLAS's symmetric rank-k update runs at a third to a half of a core's peak on
-the matrices of one response (79 x 1,024: 57 GFLOP/s on a Zen 5 core, where its large-matrix rate is 110), and
-picks its kernels from a CPU table that can lag the hardware (OpenBLAS 0.3.30 runs AVX2 code on AVX-512 Zen 5). The
-kernel here computes the lower triangle in register blocks (4 x 4 entries where the target has 32 vector
-registers: AVX-512 or AArch64; 4 x 2 with 16: AVX2), each entry a dot product over the d coordinates, and mirrors
-it: 2.5x OpenBLAS at 79 x 1,024 and 1.4x at 400 x 1,024 on the Zen 5 core (`python -m sarl.bench suite=structure`).
-It is the one kernel compiled with reassociation (fastmath "reassoc" and "contract", nothing else: NaN and
-infinity keep their meaning): a dot product is summed in SIMD lanes, in an order that depends on the target's
-vector width, as BLAS's does on its kernel. So G differs from numpy's X @ X.T by rounding (relative 1e-7 in
+stage's time). OpenBLAS's symmetric rank-k update runs at a third to a half of a core's peak on the matrices of one
+response (79 x 1,024: 57 GFLOP/s on a Zen 5 core, where its large-matrix rate is 110), and picks its kernels from a
+CPU table that can lag the hardware (OpenBLAS 0.3.30 runs AVX2 code on AVX-512 Zen 5). The kernel here computes the
+lower triangle in register blocks (4 x 4 entries where the target has 32 vector registers: AVX-512 or AArch64; 4 x 2
+with 16: AVX2), each entry a dot product over the d coordinates, and mirrors it: 2.5x OpenBLAS at 79 x 1,024 and
+1.4x at 400 x 1,024 on the Zen 5 core (`python -m sarl.bench suite=structure` prints the product by response length;
+docs/results.md). It is the one kernel compiled with reassociation (fastmath "reassoc" and "contract", nothing else:
+NaN and infinity keep their meaning): a dot product is summed in SIMD lanes, in an order that depends on the
+target's vector width, as BLAS's does on its kernel. So G differs from numpy's X @ X.T by rounding (relative 1e-7 in
 float32), is exactly symmetric, and depends on the response alone, not on the batch.
 """
 
