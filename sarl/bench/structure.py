@@ -34,7 +34,7 @@ from rich.table import Table
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
 from sarl.structure.cluster import cluster_batch, hdbscan_params, kmeans_k
 from sarl.structure.embed.local import SentenceTransformerEmbedder
-from sarl.structure.gram import gram, wide_vector_registers
+from sarl.structure.gram import BLOCKS, gram
 from sarl.structure.graph import reasoning_map, structure_reward
 from sarl.structure.reward import structure_rewards_from_embeddings
 from sarl.structure.steps import split_steps
@@ -258,18 +258,12 @@ def bench_gram(cfg: DictConfig) -> list[dict]:
     rng = np.random.default_rng(cfg.seed)
     rows = []
     for m in cfg.gram_steps:
-        x = rng.standard_normal((int(m), cfg.dim), dtype=np.float32)
         n = int(cfg.gram_products)
+        batch = [rng.standard_normal((int(m), cfg.dim), dtype=np.float32)] * n  # one response, n times
 
-        def kernel(x=x, n=n):
-            for _ in range(n):
-                gram(x)
-
-        def blas(x=x, n=n):
-            for _ in range(n):
-                x @ x.T
-
-        times = alternate({"kernel": kernel, "numpy": blas}, cfg.repeats)
+        times = alternate(
+            {"kernel": lambda b=batch: gram_roofline(b, "kmeans"), "numpy": lambda b=batch: blas_grams(b)}, cfg.repeats
+        )
         flop = m * (m + 1) * cfg.dim  # 2 flops per multiply-add
         k_s, b_s = median(times["kernel"]) / n, median(times["numpy"]) / n
         rows.append(
@@ -281,7 +275,7 @@ def bench_gram(cfg: DictConfig) -> list[dict]:
                 "kernel_gflop_s": flop / k_s / 1e9,
                 "numpy_gflop_s": flop / b_s / 1e9,
                 "speedup": b_s / k_s,
-                "blocks": "4 x 4" if wide_vector_registers() else "4 x 2",
+                "blocks": BLOCKS,
             }
         )
     return rows

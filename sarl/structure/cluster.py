@@ -173,8 +173,8 @@ def cluster_batch(
         x = xs[i]
         g = gram(x)
         d2, min_off, finite = squared_distances(g)
-        if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow
-            g = _gram(x, i)
+        if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow: float64 decides
+            g = _gram(x, i, np.float64)
             d2, min_off, _ = squared_distances(g)
         # Only a response with (near-)coincident steps can have fewer distinct rows than steps.
         k = kmeans_k(len(x), _n_distinct(x), k_rule) if min_off < 1e-6 else k_of[len(x)]

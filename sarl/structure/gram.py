@@ -133,5 +133,7 @@ def _gram_rest(x, g, mi, zero):
             g[i, j] = g[j, i]
 
 
-# X X^T of one response (float32 or float64, C-contiguous), exactly symmetric; see the module's "Gram products".
-gram = compiled(_GRAM_SIGNATURES, fastmath=_DOT)(_gram_4x4 if wide_vector_registers() else _gram_4x2)
+# The block shape this machine's `gram` uses, chosen once at import.
+BLOCKS = "4 x 4" if wide_vector_registers() else "4 x 2"
+# X X^T of one response (float32 or float64, C-contiguous), exactly symmetric; see the module's docstring.
+gram = compiled(_GRAM_SIGNATURES, fastmath=_DOT)(_gram_4x4 if BLOCKS == "4 x 4" else _gram_4x2)
