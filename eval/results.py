@@ -315,6 +315,7 @@ def markdown_report(results: Mapping[str, Any], base: Mapping[str, Any] | None) 
         lines += ["", f"Only the first {results['run']['limit']} problems of each benchmark (limit)."]
     if not results.get("complete", True):
         lines += ["", f"**Incomplete:** {results.get('incomplete_reason')}. Rerun the same command to resume."]
+    lines += selection_markdown(results.get("selection"))
     math_part = results.get("math") or {}
     benches = math_part.get("benchmarks") or {}
     if (results.get("protocol") or {}).get("name", "sarl") != "sarl":
@@ -442,7 +443,80 @@ def flat_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     for task, t in ((results.get("lm_eval") or {}).get("tasks") or {}).items():
         for metric, v in t["metrics"].items():
             put(f"eval/lm_eval/{task}/{metric}", v)
+    selection = results.get("selection") or {}
+    if selection:
+        put("eval/selection/step", selection.get("step"))
+        for c in selection.get("checkpoints") or []:
+            put(f"eval/selection/held_out/step_{c['step']}", c.get("held_out_score"))
     return out
+
+
+SELECTION_COLUMNS = ("step", "held_out_score", "picked", "ckpt")
+
+
+def selection_rows(selection: Mapping[str, Any]) -> list[list[Any]]:
+    """The per-checkpoint rows of a `selection` block (SELECTION_COLUMNS)."""
+    return [
+        [c["step"], c.get("held_out_score"), c["step"] == selection["step"], c["ckpt"]]
+        for c in selection.get("checkpoints") or []
+    ]
+
+
+def selection_markdown(selection: Mapping[str, Any] | None) -> list[str]:
+    """The checkpoint selection as the report prints it: the rule, the held-out set and a row per checkpoint."""
+    if not selection:
+        return []
+    lines = [
+        "",
+        f"## Checkpoint selection: `{selection['rule']}` on {', '.join(selection['held_out'])} (picked step "
+        f"{selection['step']})",
+        "",
+        "| Step | Held-out score | Picked | Checkpoint |",
+        "|---|---|---|---|",
+    ]
+    for step, score, picked, ckpt in selection_rows(selection):
+        lines.append(f"| {step} | {_fmt(score)} | {'✓' if picked else ''} | `{ckpt}` |")
+    return lines
+
+
+def log_to_training_run(logger_cfg: Mapping[str, Any], results: Mapping[str, Any], train_dir: Path) -> None:
+    """The evaluation's headline numbers and checkpoint selection in the summary of the W&B run of the training run
+    that wrote the checkpoint (resumed by its id, meta.json `wandb_run_id`), prefixed by the protocol
+    (`eval/<protocol>/...`), and the selection as a table: a sweep's runs then compare in the W&B UI. A training
+    run without a recorded W&B id (logged without W&B) is left alone."""
+    import os
+
+    try:
+        meta = json.loads((train_dir / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    run_id = meta.get("wandb_run_id") if isinstance(meta, dict) else None
+    if not run_id:
+        return
+    import wandb
+
+    env = dict(os.environ)
+    wandb_offline_unless_logged_in(env)
+    protocol = (results.get("protocol") or {}).get("name", "sarl")
+    run = wandb.init(
+        id=str(run_id),
+        resume="allow",
+        project=logger_cfg.get("project"),
+        entity=logger_cfg.get("entity"),
+        dir=str(train_dir),
+        mode=env.get("WANDB_MODE"),
+        reinit="finish_previous",
+    )
+    try:
+        flat = {k.replace("eval/", f"eval/{protocol}/", 1): v for k, v in flat_metrics(results).items()}
+        run.summary.update(flat)
+        run.summary.update({f"eval/{protocol}/results": results["run"]["run_dir"]})
+        selection = results.get("selection")
+        if selection:
+            table = wandb.Table(columns=list(SELECTION_COLUMNS), data=selection_rows(selection))
+            run.log({f"eval/{protocol}/selection": table})
+    finally:
+        run.finish()
 
 
 PROBLEM_COLUMNS = (

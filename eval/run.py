@@ -2,7 +2,9 @@
 the math benchmarks and the WildBench score (SARL Sec. 4.1, Tables 2-3, 8-9, Fig. 2a).
 
     python -m eval.run ckpt=/path/to/checkpoint        # vLLM; where it is not installed, Transformers (CPU)
-    python -m eval.run ckpt=runs/smoke/<run>/final protocol=smoke  # the smoke run's held-out prompts, offline
+    python -m eval.run ckpt=runs/<row>/<date>_<time>   # a training run: its final/ model (verl's shards merged)
+    python -m eval.run ckpt=RUN_DIR select=paper       # every checkpoint on the held-out set, the paper's pick
+    python -m eval.run ckpt=runs/smoke/<run> protocol=smoke   # the smoke run's held-out prompts, offline
     python -m eval.run ckpt=DIR protocol=evol_rl        # or grp, structured, structured_temperature
     python -m eval.run protocol=structured dry_run=true  # the resolved plan; no checkpoint needed
     python -m eval.run ckpt=DIR base_results=runs/eval/Qwen3-4B/<date>_<time>      # the Δ% columns
@@ -49,8 +51,17 @@ from eval.protocol import (
     sampling_config,
 )
 from eval.responses import checkpoint_cache_root, generate_all, generators
-from eval.results import load_base, log_wandb, markdown_report, protocol_math_part, write_results
+from eval.results import (
+    load_base,
+    log_to_training_run,
+    log_wandb,
+    markdown_report,
+    protocol_math_part,
+    write_results,
+)
 from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_all
+from eval.select import select_and_evaluate
+from sarl.runtime.checkpoints import resolve_checkpoint
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import git_commit, versions
@@ -59,9 +70,10 @@ from slurm import launcher
 log = logging.getLogger("eval.run")
 
 
-def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
+def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None = None) -> int:
     """The whole evaluation; returns the exit code (0 complete, 3 incomplete). `explicit_generator`: whether the
-    command line chose the generator (if not, a vLLM that cannot be imported here gives way to Transformers)."""
+    command line chose the generator (if not, a vLLM that cannot be imported here gives way to Transformers);
+    `selection`: how the checkpoint was picked (eval.select), kept in the results."""
     base = load_base(cfg.base_results)  # read before anything is made: a bad one leaves nothing behind
     check_eval_config(cfg)
     plan = resolve_plan(cfg)
@@ -134,11 +146,14 @@ def run(cfg: DictConfig, explicit_generator: bool = True) -> int:
             "wildbench": {"benchmarks": wb_out} if wb_out else None,
             "lm_eval": lm,
             "protocol": plan.to_dict(),
+            "selection": selection,
         }
         markdown = markdown_report(results, base)
         write_results(run_dir, results, rows, markdown)
         if "wandb" in cfg.logger.backends:
             log_wandb(OmegaConf.to_container(cfg.logger), results, rows, run_dir, config)
+            if trained_by:  # the scores beside the training run's own curves (its W&B run, resumed)
+                log_to_training_run(OmegaConf.to_container(cfg.logger), results, Path(trained_by["run_dir"]))
         sys.stdout.write(markdown)
         log.info("wrote %s, %s and %s", run_dir / "results.json", run_dir / "results.md", run_dir / "problems.jsonl")
         if reasons:
@@ -174,7 +189,15 @@ def _run_command(argv: list[str]) -> int:
         check_eval_config(cfg, here=False)  # no checkpoint or a bad value fails here, not in the queue
 
         return launcher.dispatch("eval.run", argv, cfg.launcher)
-    return run(cfg, generator_chosen(argv))
+    explicit = generator_chosen(argv)
+    if cfg.get("select"):  # every checkpoint of a run on the held-out set, then the one the rule picks
+        return select_and_evaluate(cfg, lambda c, selection: run(c, explicit, selection))
+    if not OmegaConf.is_missing(cfg, "ckpt"):  # (none: run() says so) a run directory, a verl checkpoint: its model
+        model, how = resolve_checkpoint(str(cfg.ckpt))
+        if how:
+            log.info("%s", how)
+            cfg.ckpt = str(model)
+    return run(cfg, explicit)
 
 
 if __name__ == "__main__":

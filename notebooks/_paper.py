@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
+from eval.cache import safe_name
 from eval.results import benchmark_average, mean, with_delta
 from sarl.reports.figures import append_row, markdown, new_table, values_frame, write  # noqa: F401 (the notebooks' API)
 from sarl.runtime.rows import paper_rows
@@ -97,57 +99,118 @@ def settings(about: str, **options: tuple[str, str]) -> dict[str, str]:
     return vars(parser.parse_args([] if "ipykernel" in sys.modules else sys.argv[1:]))
 
 
-def find_results(results_dir: str | Path, row: str) -> Path | None:
-    """The results.json of a row: `<dir>/<row>/results.json`, else the newest complete `<dir>/<row>/*/results.json`
-    (the newest incomplete one, with a warning, when none is complete); None when the row has none."""
-    root = Path(results_dir) / row
-    if (root / "results.json").is_file():
-        return root / "results.json"
-    found = sorted(root.glob("*/results.json"))
+def result_protocol(results: dict) -> str:
+    """The protocol a results.json was evaluated by (results before protocols existed: SARL's)."""
+    return str((results.get("protocol") or {}).get("name") or "sarl")
+
+
+def _runs_of(results_dir: str | Path, row: str) -> list[tuple[Path, dict]]:
+    """(path, results) of every results.json of a row, oldest first: `<dir>/<row>/results.json`, then
+    `<dir>/<row>/*/results.json` (the row as eval.run names its folder: `safe_name`, so `smoke_compare/SARL` works)."""
+    root = Path(results_dir) / safe_name(row)
+    paths = ([root / "results.json"] if (root / "results.json").is_file() else []) + sorted(root.glob("*/results.json"))
+    out = []
+    for path in paths:
+        try:
+            out.append((path, json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            log.warning("%s: not readable as results.json; skipped", path)
+    return out
+
+
+def find_results(results_dir: str | Path, row: str, protocol: str = "sarl") -> Path | None:
+    """The results.json of a row evaluated by `protocol`: the newest complete one (the newest incomplete one, with a
+    warning, when none is complete); None when the row has none of that protocol."""
+    found = [(p, r) for p, r in _runs_of(results_dir, row) if result_protocol(r) == protocol]
     if not found:
         return None
-    complete = [p for p in found if json.loads(p.read_text(encoding="utf-8")).get("complete", True)]
+    complete = [p for p, r in found if r.get("complete", True)]
     if not complete:
-        log.warning("%s: no complete evaluation; using the incomplete %s", row, found[-1])
-        return found[-1]
+        log.warning("%s: no complete evaluation; using the incomplete %s", row, found[-1][0])
+        return found[-1][0]
     return complete[-1]
 
 
-def load_results(results_dir: str | Path, rows: Sequence[str]) -> dict[str, dict]:
-    """results.json of every row that has one."""
+def load_results(results_dir: str | Path, rows: Sequence[str], protocol: str = "sarl") -> dict[str, dict]:
+    """results.json of every row that has one of `protocol`."""
     out = {}
     for row in dict.fromkeys(rows):
-        path = find_results(results_dir, row)
+        path = find_results(results_dir, row, protocol)
         if path is not None:
             out[row] = json.loads(path.read_text(encoding="utf-8"))
     return out
 
 
-HOW_TO_EVALUATE = (
-    "evaluate each row's checkpoint with `python -m eval.run ckpt=runs/<row>/<date>_<time>/final` (the run is named "
-    "after the row that trained it; `name=ROW` names another checkpoint, `name=base` the base model)"
-)
+def other_protocols(results_dir: str | Path, rows: Sequence[str], protocol: str) -> dict[str, list[str]]:
+    """Rows with results of other protocols only: row -> those protocols (what a table that needs `protocol`
+    cannot use, said rather than silently missing)."""
+    out = {}
+    for row in dict.fromkeys(rows):
+        found = list(dict.fromkeys(result_protocol(r) for _, r in _runs_of(results_dir, row)))
+        if found and protocol not in found:
+            out[row] = found
+    return out
 
 
-def results_or_exit(results_dir: str | Path, rows: Sequence[str]) -> dict[str, dict]:
-    """load_results, saying which rows have results, which are missing and how to get them; with no row's results
-    at all, that is said and the notebook stops (exit 1) without writing anything."""
+def how_to_evaluate(protocol: str = "sarl") -> str:
+    """The command that produces a row's results for a table of `protocol`."""
+    flag = "" if protocol == "sarl" else f" protocol={protocol}"
+    return (
+        f"evaluate each row's training run with `python -m eval.run ckpt=runs/<row>/<date>_<time>{flag}` (its final "
+        "model; `select=paper` picks the checkpoint the paper reports; the results are named after the row, "
+        "`name=ROW` names another checkpoint, `name=base` the base model)"
+    )
+
+
+HOW_TO_EVALUATE = how_to_evaluate()
+
+
+def protocol_lines(results_dir: str | Path, rows: Sequence[str], protocol: str, table: str) -> list[str]:
+    """One line per row whose results are of another protocol than the table needs, naming both and the command."""
+    flag = "" if protocol == "sarl" else f" protocol={protocol}"
+    return [
+        f"{row}: results of protocol {', '.join(found)} only; {table} needs protocol {protocol}: "
+        f"python -m eval.run ckpt=<the training run dir of {row}>{flag}"
+        for row, found in other_protocols(results_dir, rows, protocol).items()
+    ]
+
+
+def results_or_exit(
+    results_dir: str | Path, rows: Sequence[str], protocol: str = "sarl", table: str = "SARL's tables"
+) -> dict[str, dict]:
+    """load_results of `protocol`, saying which rows have results, which are missing, which have results of another
+    protocol only (naming both and the command that produces the right ones); with no row's results at all, that is
+    said and the notebook stops with exit 2 (a user error, as every command) without writing anything."""
     root = Path(results_dir)
-    if not root.is_dir():
-        raise SystemExit(f"results directory {root} does not exist: {HOW_TO_EVALUATE}; or pass --results DIR")
-    results = load_results(root, rows)
-    missing = [r for r in dict.fromkeys(rows) if r not in results]
-    others = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in rows and d.name != "cache")
+    check_results_dir(root, protocol)
+    results = load_results(root, rows, protocol)
+    absent = [r for r in dict.fromkeys(rows) if r not in results]
+    wrong = other_protocols(root, absent, protocol)
+    known = {safe_name(r) for r in rows}
+    others = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in known and d.name != "cache")
     found = ", ".join(results) if results else "none"
-    lines = [f"{len(results)} of {len(dict.fromkeys(rows))} rows have results in {root}: {found}"]
+    lines = [f"{len(results)} of {len(dict.fromkeys(rows))} rows have protocol-{protocol} results in {root}: {found}"]
+    lines += protocol_lines(root, list(wrong), protocol, table)
+    missing = [r for r in absent if r not in wrong]
     if missing:
-        lines.append(f"missing (printed as -): {', '.join(missing)}: {HOW_TO_EVALUATE}")
+        lines.append(f"missing (printed as -): {', '.join(missing)}: {how_to_evaluate(protocol)}")
     if others:
         lines.append(f"{root} also holds {', '.join(others)}: not rows of these tables (eval.run name=ROW names a run)")
-    print("\n".join(lines))
     if not results:
-        raise SystemExit(1)
+        fail("\n".join(lines))
+    print("\n".join(lines))
     return results
+
+
+def fail(message: str) -> None:
+    """A user error of a notebook run as a script: the message on stderr, exit 2 (as every command of the project)."""
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    raise SystemExit(2)
+
+
+def check_results_dir(root: str | Path, protocol: str = "sarl") -> None:
+    if not Path(root).is_dir():
+        fail(f"results directory {root} does not exist: {how_to_evaluate(protocol)}; or pass --results DIR")
 
 
 def _math(results: dict | None) -> dict[str, dict]:
@@ -172,35 +235,40 @@ def _grouped(table: pd.DataFrame, spec, cells_of) -> None:
         append_row(table, [label] + cells_of(row))
 
 
-def accuracy_table(name: str, title: str, spec, results: dict[str, dict]) -> pd.DataFrame:
-    """SARL Tables 2 and 10: avg@k per math benchmark and `Avg (Δ%)`, Avg the unweighted mean of the four
-    benchmarks (SARL Table 2; decisions §3) and Δ% against the base row (eval.results.with_delta)."""
-    t = new_table(name, title, ["Method"] + [c for _, c in MATH_BENCHMARKS] + ["Avg (Δ%)"])
+def accuracy_table(
+    name: str, title: str, spec, results: dict[str, dict], benchmarks: Sequence[tuple[str, str]] = MATH_BENCHMARKS
+) -> pd.DataFrame:
+    """SARL Tables 2 and 10: avg@k per math benchmark and `Avg (Δ%)`, Avg the unweighted mean of the benchmarks
+    (SARL Table 2; decisions §3) and Δ% against the base row (eval.results.with_delta). `benchmarks`: (results key,
+    column) pairs, SARL's four by default (the smoke rows' miniature: the held-out prompts)."""
+    t = new_table(name, title, ["Method"] + [c for _, c in benchmarks] + ["Avg (Δ%)"])
     values, missing = t.attrs["values"], t.attrs["missing"]
     base = _math(results.get("base"))
-    base_avg = _avg(base, "base", missing)
+    base_avg = _avg(base, "base", missing, benchmarks)
 
     def cells(row):
         b = _math(results.get(row))
         if row not in results:
             missing.append(f"{row} (no results.json)")
-        accs = {k: (b.get(k) or {}).get("avg_at_k") for k, _ in MATH_BENCHMARKS}
-        avg = base_avg if row == "base" else _avg(b, row, missing)
+        accs = {k: (b.get(k) or {}).get("avg_at_k") for k, _ in benchmarks}
+        avg = base_avg if row == "base" else _avg(b, row, missing, benchmarks)
         values[row] = {**accs, "avg": avg}
         last = _f(avg) if row == "base" else with_delta(avg, base_avg)
-        return [_f(accs[k]) for k, _ in MATH_BENCHMARKS] + [last]
+        return [_f(accs[k]) for k, _ in benchmarks] + [last]
 
     _grouped(t, spec, cells)
     return t
 
 
-def _avg(benchmarks: dict[str, dict], row: str, missing: list[str]) -> float | None:
-    lacking = [k for k, _ in MATH_BENCHMARKS if (benchmarks.get(k) or {}).get("avg_at_k") is None]
+def _avg(
+    benchmarks: dict[str, dict], row: str, missing: list[str], columns: Sequence[tuple[str, str]] = MATH_BENCHMARKS
+) -> float | None:
+    lacking = [k for k, _ in columns if (benchmarks.get(k) or {}).get("avg_at_k") is None]
     if lacking and benchmarks:
         missing.append(f"{row}: no Avg without {', '.join(lacking)}")
     if lacking:
         return None
-    return benchmark_average({k: benchmarks[k]["avg_at_k"] for k, _ in MATH_BENCHMARKS})
+    return benchmark_average({k: benchmarks[k]["avg_at_k"] for k, _ in columns})
 
 
 def ablation_summary_table(results: dict[str, dict]) -> pd.DataFrame:
@@ -317,3 +385,28 @@ def length_tables(results: dict[str, dict]) -> tuple[pd.DataFrame, pd.DataFrame,
 def all_rows() -> list[str]:
     specs = (TABLE2_ROWS, TABLE3_ROWS, ABLATION_ROWS, TABLE9_ROWS)
     return list(dict.fromkeys(row for spec in specs for _, _, row in spec))
+
+
+# The smoke rows: smoke_compare's stages (one tiny policy trained once per reward), evaluated with protocol=smoke, as
+# SARL Table 2 in miniature: avg@k on the held-out prompts and Δ% against the untrained policy (row `base`)
+SMOKE_EXP = "smoke_compare"
+SMOKE_BENCHMARKS = (("smoke_heldout", "Held-out"),)
+
+
+def smoke_rows() -> tuple[tuple[str, str, str], ...]:
+    """(group, label, row) of the miniature: the base policy, each stage of conf/exp/smoke_compare.yaml in order (the
+    row is the stage's training run, `smoke_compare/<stage>`, as eval.run names its results), then `make main`'s run
+    (row `smoke`)."""
+    import yaml
+
+    from sarl.runtime.files import CONF_DIR
+
+    exp = yaml.safe_load((CONF_DIR / "exp" / f"{SMOKE_EXP}.yaml").read_text(encoding="utf-8"))
+    stages = tuple(("", f"GRPO w/ {s['name']}", f"{SMOKE_EXP}/{s['name']}") for s in exp["pipeline"])
+    return (BASE, *stages, ("", "GRPO w/ SARL (`make main`)", "smoke"))  # the embedded default's run, if evaluated
+
+
+def smoke_table(results: dict[str, dict]) -> pd.DataFrame:
+    """SARL Table 2 in miniature from the smoke rows' protocol-smoke results, by `accuracy_table`."""
+    title = "SARL Table 2 in miniature: the tiny policy per training reward, avg@k on the held-out prompts"
+    return accuracy_table("table2_smoke", title, smoke_rows(), results, SMOKE_BENCHMARKS)

@@ -167,10 +167,7 @@ def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
     spec = reported(name)
     protocol = spec.get("protocol", name)
     rows = list(dict.fromkeys(r["id"] for r in spec["rows"] if r["id"] is not None))  # null: not reproduced
-    results = paper.load_results(results_dir, rows)
-    for row, r in results.items():
-        if (r.get("protocol") or {}).get("name", "sarl") != protocol:
-            raise ValueError(f"{row}: results of protocol {r.get('protocol', {}).get('name')}, not {protocol}")
+    results = paper.load_results(results_dir, rows, protocol)  # results of another protocol are not this table's
     avg_specs, extra_specs = spec.get("averages") or [], spec.get("extras") or []
     header = [
         "Model",
@@ -179,7 +176,14 @@ def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
         *(e["header"] for e in extra_specs),
     ]
     table = paper.new_table(name, spec["title"], header)
-    table.attrs["missing"] = [f"{row} (no results.json)" for row in rows if row not in results]
+    wrong = paper.other_protocols(results_dir, [r for r in rows if r not in results], protocol)
+    table.attrs["missing"] = [
+        f"{row} (results of protocol {', '.join(wrong[row])} only; needs protocol {protocol})"
+        if row in wrong
+        else f"{row} (no results.json)"
+        for row in rows
+        if row not in results
+    ]
     keys = [*spec["columns"], *(a["key"] for a in avg_specs), *(e["key"] for e in extra_specs)]
     sweep_values = list(spec["rows"][0]["values"]) if spec.get("sweep") else [None]
     blank = [""] * (len(header) - 1)
@@ -204,3 +208,22 @@ def protocol_table(name: str, results_dir: str | Path) -> pd.DataFrame:
                 key = r["id"] if value is None else f"{r['id']}@{value}"
                 table.attrs["values"][key] = {k: v for k, v in zip(keys, [c[0] for c in ours] + more)}
     return table
+
+
+def say_what_is_found(results_dir: str | Path) -> None:
+    """Per table, the protocol it needs and the rows whose results are of another protocol only (with the command
+    that produces the right ones); with no row of any table evaluated by its protocol, exit 2."""
+    lines, any_found = [], False
+    for name in TABLES:
+        spec = reported(name)
+        protocol = spec.get("protocol", name)
+        rows = list(dict.fromkeys(r["id"] for r in spec["rows"] if r["id"] is not None))
+        found = paper.load_results(results_dir, rows, protocol)
+        any_found = any_found or bool(found)
+        lines.append(f"{spec['table']}: {len(found)} of {len(rows)} rows have protocol-{protocol} results")
+        lines += ["  " + line for line in paper.protocol_lines(results_dir, rows, protocol, spec["table"])]
+    if not any_found:
+        paper.fail(
+            "\n".join([*lines, f"no row of any table has results in {results_dir}: {paper.how_to_evaluate('P')}"])
+        )
+    print("\n".join(lines))

@@ -38,8 +38,8 @@ SETTINGS = paper.settings(
     out=("runs/paper", "where the tables are written"),
 )
 RESULTS, OUT = SETTINGS["results"], Path(SETTINGS["out"])
-if not Path(RESULTS).is_dir():
-    raise SystemExit(f"results directory {RESULTS} does not exist: {paper.HOW_TO_EVALUATE}; or pass --results DIR")
+paper.check_results_dir(RESULTS, "evol_rl, grp, structured or structured_temperature")
+protocols.say_what_is_found(RESULTS)  # per table: the protocol it needs, the rows of another protocol, the command
 
 # %% [markdown]
 # ## EVOL-RL Table 1 and Table 4 (the ablations): pass@1 / pass@16 of 32 rollouts (protocol `evol_rl`)

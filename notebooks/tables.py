@@ -24,6 +24,7 @@
 # `tableN.md` and `tableN.csv` are written from them to `OUT`.
 #
 #     python notebooks/tables.py --results runs/eval --out runs/paper
+#     python notebooks/tables.py --results runs/eval --out runs/paper --protocol smoke   # the smoke rows' miniature
 #
 # In Jupyter: `jupytext --to notebook notebooks/tables.py`, then set `SARL_RESULTS` / `SARL_OUT` (environment)
 # or edit the next cell. A row without results is printed as `-` and listed under its table.
@@ -39,9 +40,27 @@ SETTINGS = paper.settings(
     "SARL Tables 2-5 and 8-10 from eval.run's results.json, written as Markdown and CSV.",
     results=("runs/eval", "eval.run's results: a folder per row (eval.run names a run after its training row)"),
     out=("runs/paper", "where the tables are written"),
+    protocol=("sarl", "sarl: the paper's tables; smoke: Table 2 in miniature from smoke_compare's runs"),
 )
-RESULTS, OUT = SETTINGS["results"], Path(SETTINGS["out"])
-results = paper.results_or_exit(RESULTS, paper.all_rows())
+RESULTS, OUT, PROTOCOL = SETTINGS["results"], Path(SETTINGS["out"]), SETTINGS["protocol"]
+
+# %% [markdown]
+# With `--protocol smoke`: SARL Table 2 in miniature, by the same code, from the smoke rows (`python -m sarl.train
+# +exp=smoke_compare`; each stage, and the untrained policy as `name=base`, evaluated with `python -m eval.run
+# ckpt=<stage run dir> protocol=smoke`): `table2_smoke.md` / `.csv`, then the notebook stops.
+
+# %%
+if PROTOCOL not in ("sarl", "smoke"):
+    paper.fail(f"--protocol {PROTOCOL}: choose sarl (SARL's tables) or smoke (Table 2 in miniature)")
+if PROTOCOL == "smoke":
+    smoke = paper.smoke_table(
+        paper.results_or_exit(RESULTS, [r for _, _, r in paper.smoke_rows()], "smoke", "the miniature")
+    )
+    print(paper.markdown(smoke))
+    written = paper.write(smoke, OUT)
+    print(f"wrote {len(written)} files to {OUT}")
+    raise SystemExit(0)
+results = paper.results_or_exit(RESULTS, paper.all_rows(), "sarl", "SARL's tables")
 
 # %% [markdown]
 # ## Table 2: math reasoning, avg@8 (Avg = mean of the four benchmarks, Δ% against the base model)

@@ -421,3 +421,52 @@ def vllm_python_or_skip() -> str:
             pytest.fail(f"SARL_REQUIRE_VLLM=1 but {msg}")
         pytest.skip(msg)
     return str(python)
+
+
+# -- the chain a researcher runs: train -> eval.run on the run directory -> the table ---------------------------------
+
+CHAIN_EVAL = ("protocol=smoke", "limit=2", "generator=transformers")  # 2 held-out prompts x 4 samples each
+
+
+def evaluate_run(ckpt: Path, root: Path, *extra: str, logger: str = "none") -> tuple[dict, str]:
+    """`python -m eval.run ckpt=<ckpt> protocol=smoke` as a user types it after training (the first 2 held-out
+    prompts; results under `root/runs/eval/`), asserted to exit 0; (the results, what it logged)."""
+    proc = run_module(
+        "eval.run",
+        f"ckpt={ckpt}",
+        *CHAIN_EVAL,
+        f"logger={logger}",
+        f"paths.root={root}",
+        f"cache_dir={root}/cache",
+        *extra,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    evals = root / "runs" / "eval"
+    found = [p for p in evals.rglob("results.json") if "select" not in p.relative_to(evals).parts]
+    path = max(found, key=lambda p: p.stat().st_mtime_ns)  # the evaluation just written (select/: its held-out runs)
+    return json.loads(path.read_text()), proc.stderr
+
+
+def tabulated(root: Path, row: str) -> tuple[float, str]:
+    """The row's held-out cell as the table code builds it (notebooks/_paper.py, the SARL Table 2 code over the
+    smoke protocol's column) from the results under `root/runs/eval/`: (its value, its printed text)."""
+    sys.path.insert(0, str(REPO / "notebooks"))
+    import _paper
+
+    results = _paper.load_results(root / "runs" / "eval", [row], "smoke")
+    table = _paper.accuracy_table("chain", "chain", (("", row, row),), results, _paper.SMOKE_BENCHMARKS)
+    return table.attrs["values"][row]["smoke_heldout"], str(table.iloc[0, 1])
+
+
+def assert_chain(train_run: Path, row: str, model: Path, root: Path) -> dict:
+    """The handoffs after `sarl.train +exp=ROW`: `eval.run ckpt=<its run directory>` evaluates the run's final model
+    `model` (and says so), names the results after the row, and the table's cell is the result's number."""
+    results, logged = evaluate_run(train_run, root)
+    assert results["run"]["ckpt"] == str(model), results["run"]
+    assert f"{train_run} is a run directory: evaluating its final model {model}" in logged, logged[-3000:]
+    assert (results["run"]["trained_by"] or {}).get("row") == row, results["run"]
+    value = results["math"]["benchmarks"]["smoke_heldout"]["avg_at_k"]
+    cell, printed = tabulated(root, row)
+    assert cell == value and printed == f"{value:.2f}", (cell, printed, value)
+    return results

@@ -15,7 +15,7 @@ from sarl.bench.grading import run_grading
 from sarl.bench.maxflow import run_maxflow
 from sarl.runtime.errors import UserError, report_user_errors
 
-SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec")
+SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec", "export")
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
@@ -90,6 +90,11 @@ def _run_suite(cfg: DictConfig, section: DictConfig, console: Console, out_dir: 
             result = run_embed_http(section, console)
         elif cfg.suite == "code_exec":
             result = run_code_exec(section, console)
+        elif cfg.suite == "export":
+            # deferred: imports torch, transformers and verl's model merger; only the suite asked for is loaded
+            from sarl.bench.export import run_export
+
+            result = run_export(section, console)
         elif cfg.suite == "smoke_effect":
             # deferred: imports pandas; only the suite asked for is loaded
             from sarl.bench.smoke_effect import run_smoke_effect

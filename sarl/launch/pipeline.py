@@ -17,7 +17,7 @@ and run by `sarl.train.run` in `<pipeline run dir>/<stage name>/` (its own confi
 A stage that ends with exit 0 and a final checkpoint gets a done marker (`stage_done.json`, naming the
 checkpoint); a stage is finished when its marker and the checkpoint it names exist, and a rerun with the
 same `run_dir` skips it. `init_from: NAME` sets `model.path` and `model.tokenizer_path` to NAME's final
-checkpoint (a Hugging Face directory: TRL's `final/`, verl SFT's `global_step_N/huggingface`).
+checkpoint (the Hugging Face directory every finished run leaves in `final/`, whatever its back end).
 Stages without `init_from` all start from the row's own model: `+exp=smoke_compare` trains one policy once per
 reward, and its `pipeline_report` (sarl.reports.compare.report) then compares the stages.
 """
@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from sarl.backends.trl.run import FINAL_SUBDIR
 from sarl.launch.compose import check_model_paths, compose_user_config, config_function
+from sarl.runtime.checkpoints import FINAL_SUBDIR, export_final, last_checkpoint
 from sarl.runtime.errors import UserError
 from sarl.runtime.weights import verl_actor_problem, weight_files, weights_problem
 
@@ -85,44 +85,27 @@ def stages_of(cfg: DictConfig) -> list[dict[str, Any]]:
 
 
 def final_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
-    """The Hugging Face directory a finished stage leaves (None if there is none yet)."""
-    if cfg.backend.name == "trl":
-        final = run_dir / FINAL_SUBDIR
-        return final if weight_files(final) else None
-    if cfg.algorithm.name == "sft":
-        from sarl.backends.verl.sft import final_hf_checkpoint  # deferred: imports verl (~9 s)
-
-        return final_hf_checkpoint(run_dir)
-    return _verl_rl_checkpoint(run_dir)
-
-
-def _verl_rl_checkpoint(run_dir: Path) -> Path | None:
-    """verl's RL checkpoints: `checkpoints/global_step_N/actor` (N from `latest_checkpointed_iteration.txt`)."""
-    ckpt = run_dir / "checkpoints"
-    try:
-        step = int((ckpt / "latest_checkpointed_iteration.txt").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    actor = ckpt / f"global_step_{step}" / "actor"
-    return actor if actor.is_dir() else None
+    """The Hugging Face directory a finished stage leaves, `final/` whatever the back end (None if there is none
+    yet)."""
+    final = run_dir / FINAL_SUBDIR
+    return final if weight_files(final) else None
 
 
 def saved_weights_problem(cfg: DictConfig, run_dir: Path) -> str | None:
-    """Why a finished verl run has no usable final model (None if it has one): verl SFT's Hugging Face copy must
-    load, verl RL's actor checkpoint must hold every rank's shard. (TRL checks its `final/` itself, against the
-    trained tensors: sarl.backends.trl.run.)"""
-    final = final_checkpoint(cfg, run_dir)
-    if final is None:
-        where = "checkpoints/global_step_N/huggingface" if cfg.algorithm.name == "sft" else "checkpoints/"
-        return f"no final checkpoint under {run_dir / where}"
-    return weights_problem(final) if cfg.algorithm.name == "sft" else verl_actor_problem(final)
+    """Why a finished verl run has no usable final model (None if it has one): its `final/` is made from its last
+    checkpoint (verl RL's FSDP shards merged and checked against them; verl SFT's Hugging Face copy linked) and must
+    load. (TRL checks its `final/` itself, against the trained tensors: sarl.backends.trl.run.)"""
+    last = last_checkpoint(run_dir)
+    if last is not None and last.kind == "verl":
+        problem = verl_actor_problem(last.path)  # every rank's shard is there before the merge reads them
+        if problem:
+            return problem
+    return export_final(run_dir) or weights_problem(run_dir / FINAL_SUBDIR)
 
 
 def planned_checkpoint(cfg: DictConfig, run_dir: Path) -> Path:
     """Where a stage's final checkpoint will be (a dry run prints the next stage with it)."""
-    if cfg.backend.name == "trl":
-        return run_dir / FINAL_SUBDIR
-    return run_dir / "checkpoints" / "global_step_LAST" / ("huggingface" if cfg.algorithm.name == "sft" else "actor")
+    return run_dir / FINAL_SUBDIR
 
 
 def finished(stage_dir: Path) -> Path | None:
@@ -196,12 +179,25 @@ def run_pipeline(
         mark_done(stage_dir, name, final)
         checkpoints[name] = final
     if not dry_run:
-        (run_dir / "pipeline.json").write_text(
-            json.dumps({"experiment": experiment, "stages": {k: str(v) for k, v in checkpoints.items()}}, indent=2)
-        )
+        record = {"experiment": experiment, "stages": {k: str(v) for k, v in checkpoints.items()}}
+        chain = model_chain(stages)
+        if chain:  # the pipeline trains one model (SFT, then RL from it): `eval.run ckpt=<run dir>` evaluates it
+            record["final_stage"] = chain
+        (run_dir / "pipeline.json").write_text(json.dumps(record, indent=2))
         if report is not None:
             report(run_dir, {s["name"]: run_dir / s["name"] for s in stages})
     return 0
+
+
+def model_chain(stages: list[dict[str, Any]]) -> str | None:
+    """The last stage's name when every stage leads to it through `init_from` (one model trained in stages), else
+    None (separate runs, as smoke_compare's one per reward)."""
+    by_name = {s["name"]: s for s in stages}
+    seen, name = set(), stages[-1]["name"]
+    while name is not None:
+        seen.add(name)
+        name = by_name[name]["init_from"]
+    return stages[-1]["name"] if len(seen) == len(stages) else None
 
 
 def pipeline_report(dotted: str) -> Callable[[Path, dict[str, Path]], None]:

@@ -315,3 +315,24 @@ def table(block: dict[str, Any]) -> Any:
         t.add_row(name, f"{b[name]:{fmt}}", f"{a[name]:{fmt}}", f"{d[name]:+{fmt}}")
     t.caption = "SR ± standard error over prompts; [95% paired bootstrap interval over prompts]"
     return t
+
+
+def log_heldout(wandb_run: Any, block: dict[str, Any]) -> None:
+    """The held-out before/after in the run's W&B: summary keys `heldout/<figure>/{before,after,delta}` (and the
+    95% interval's ends for SR and accuracy) and a table with a row per figure, as `table` prints it."""
+    import wandb
+
+    summary: dict[str, float] = {}
+    rows = []
+    for figure in DELTA_FIGURES:
+        before, after, change = block["before"][figure], block["after"][figure], block["delta"][figure]
+        summary.update({f"heldout/{figure}/before": before, f"heldout/{figure}/after": after})
+        summary[f"heldout/{figure}/delta"] = change
+        low = high = None
+        if figure in INTERVAL_FIGURES:
+            low, high = block["delta"][INTERVAL_FIGURES[figure][0]]
+            summary.update({f"heldout/{figure}/delta_ci95_low": low, f"heldout/{figure}/delta_ci95_high": high})
+        rows.append([figure, before, after, change, low, high])
+    wandb_run.summary.update(summary)
+    columns = ["figure", "before", "after", "after - before", "ci95 low", "ci95 high"]
+    wandb_run.log({"heldout/before_after": wandb.Table(columns=columns, data=rows)})

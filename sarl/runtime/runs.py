@@ -122,9 +122,12 @@ def run_record(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_di
         "command": sys.argv,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
+    env = wandb_env(cfg, experiment, run_dir)
+    if env.get("WANDB_RUN_ID"):  # eval.run adds its scores to this W&B run (eval.results.log_to_training_run)
+        meta["wandb_run_id"] = env["WANDB_RUN_ID"]
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-    return meta, {**os.environ, **wandb_env(cfg, experiment, run_dir)}
+    return meta, {**os.environ, **env}
 
 
 def wandb_init(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):

@@ -280,7 +280,7 @@ def test_the_verl_runs_compose_and_pass_verls_checks_for_one_gpu(
     assert trainer["logger"] == ["console", "file"] and trainer["default_local_dir"] == f"{run_dir}/checkpoints"
     assert trainer["use_v1"] is True and trainer["v1"]["trainer_mode"] == "sarl"
     # the policy (a pipeline's RL stage: the SFT stage's checkpoint), the data, vLLM rollouts
-    start = tmp_path / row.name / SFT_STAGE / "checkpoints" / "global_step_LAST" / "huggingface"
+    start = tmp_path / row.name / SFT_STAGE / "final"  # every finished stage's model (sarl.runtime.checkpoints)
     assert v["actor_rollout_ref"]["model"]["path"] == str(start if row.pipeline else tiny_policy_layout)
     assert v["data"]["train_files"] == str(smoke_parquet["train"])
     assert v["data"]["val_files"] == str(smoke_parquet["test"])

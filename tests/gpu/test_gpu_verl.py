@@ -97,6 +97,10 @@ def run_and_check(row, policy, data, tmp_path) -> dict:
         assert (last / role).is_dir() and any((last / role).iterdir()), f"no {role} checkpoint in {last}"
     if not row.critic:
         assert not (last / "critic").exists()
+    # the run's model: the last checkpoint's shards merged by verl's model merger, holding the trained tensors
+    from sarl.runtime.checkpoints import export_problem
+
+    assert export_problem(last / "actor", rl_dir / "final") is None
 
     if row.pipeline:  # the SFT stage trained STEPS steps, and the RL stage started from its checkpoint
         from sarl.launch.pipeline import DONE_MARKER
@@ -106,7 +110,7 @@ def run_and_check(row, policy, data, tmp_path) -> dict:
         for step, metrics in sft.items():
             assert missing_metrics(metrics, SFT_METRICS) == [], f"SFT step {step}"
         start = json.loads((run_dir / "pipeline.json").read_text())["stages"][SFT_STAGE]
-        assert start == str(run_dir / SFT_STAGE / "checkpoints" / f"global_step_{STEPS}" / "huggingface"), start
+        assert start == str(run_dir / SFT_STAGE / "final"), start  # the SFT stage's last Hugging Face save, linked
         assert (run_dir / SFT_STAGE / DONE_MARKER).is_file()
         model = OmegaConf.load(rl_dir / "verl_trainer.yaml").actor_rollout_ref.model
         assert model.path == start and model.tokenizer_path == start, model

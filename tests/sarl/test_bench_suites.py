@@ -188,6 +188,21 @@ def test_quick_code_exec_suite():
     assert out["per_core_ratio"] > 0 and set(out["programs_per_cpu_s"]) == set(out["programs_per_s"])
 
 
+def test_quick_export_suite():
+    """A tiny model's verl checkpoint made a Hugging Face model both ways: the merger's bfloat16 (checked against the
+    shards inside the timing) and verl's hf_model save's float32, twice the bytes."""
+    console = Console(record=True, width=400)
+    out = run(bench_config(["suite=export", "quick=true"]), console)["export"]
+    text = console.export_text()
+    for col in ("FSDP shard GB", "merger s", "merger GB", "hf_model s", "hf_model GB"):
+        assert col in text
+    (row,) = out["rows"]
+    assert row["model"] == "tiny" and row["merger_s"] > 0 and row["hf_model_s"] > 0
+    weights = 2 * row["parameters"]  # bfloat16, the tied head saved once
+    assert weights <= row["merger_bytes"] < weights + 100_000
+    assert 2 * weights <= row["hf_model_bytes"] < 2 * weights + 100_000  # float32, as the training weights
+
+
 def test_help_lists_the_suites_not_the_training_groups():
     from testkit import run_module
 

@@ -130,11 +130,40 @@ def test_tables_parses_its_flags_strictly_and_says_what_is_missing_and_how(tmp_p
     results = tmp_path / "eval"
     (results / "smoke" / "2026-01-01_00-00-00").mkdir(parents=True)  # a run that is no row of the tables
     proc = run_python(NOTEBOOKS / "tables.py", "--results", results, "--out", out, timeout=120)
-    assert proc.returncode == 1, proc.stderr
-    assert f"0 of {len(_paper.all_rows())} rows have results in {results}: none" in proc.stdout
-    assert "missing (printed as -): base, " in proc.stdout and "python -m eval.run ckpt=runs/<row>/" in proc.stdout
-    assert f"{results} also holds smoke: not rows of these tables" in proc.stdout
+    assert proc.returncode == 2, proc.stderr  # a user error, as every command
+    assert f"0 of {len(_paper.all_rows())} rows have protocol-sarl results in {results}: none" in proc.stderr
+    assert "missing (printed as -): base, " in proc.stderr and "python -m eval.run ckpt=runs/<row>/" in proc.stderr
+    assert f"{results} also holds smoke: not rows of these tables" in proc.stderr
     assert not out.exists()  # nothing written
+    proc = run_python(NOTEBOOKS / "tables.py", "--results", results, "--protocol", "sarll", timeout=120)
+    assert proc.returncode == 2 and "--protocol sarll: choose sarl" in proc.stderr, proc.stderr
+
+
+def test_tables_name_the_protocol_they_found_and_the_one_they_need(tmp_path):
+    """Results of the smoke protocol where SARL's tables need `sarl`: each such row is named with both protocols and
+    the command that produces the right results (not `no Avg without aime25, ...`), exit 2; `--protocol smoke`
+    builds SARL Table 2 in miniature from them by the same code."""
+    from eval.cache import safe_name
+
+    results = tmp_path / "eval"
+    for row, value in (("base", 25.0), ("smoke_compare/SARL", 37.5)):
+        folder = results / safe_name(row) / "2026-01-01_00-00-00"  # where eval.run writes a row's results
+        folder.mkdir(parents=True)
+        smoke = {"run": {"name": row}, "complete": True, "protocol": {"name": "smoke", "paper": "", "benchmarks": []}}
+        smoke["math"] = {"benchmarks": {"smoke_heldout": {"avg_at_k": value}}}
+        (folder / "results.json").write_text(json.dumps(smoke), encoding="utf-8")
+    proc = run_python(NOTEBOOKS / "tables.py", "--results", results, "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = [x for x in proc.stderr.splitlines() if x.startswith("base: ")]
+    assert said == [
+        "base: results of protocol smoke only; SARL's tables needs protocol sarl: "
+        "python -m eval.run ckpt=<the training run dir of base>"
+    ], proc.stderr
+    assert "no Avg without" not in proc.stdout + proc.stderr
+    proc = run_notebook("tables.py", "--results", results, "--out", tmp_path / "out", "--protocol", "smoke")
+    text = (tmp_path / "out" / "table2_smoke.md").read_text()
+    assert "| Base | 25.00 | 25.00 |" in text and "| GRPO w/ SARL | 37.50 | 37.50 (+50.0%) |" in text, text
+    assert "| GRPO w/ Ground-Truth | - | - |" in text and "smoke_compare/Ground-Truth (no results.json)" in text, text
 
 
 def test_newest_complete_evaluation_is_used(tmp_path):
@@ -295,15 +324,22 @@ def test_the_average_columns_rule_gives_the_papers_own_averages():
     assert found == off and checked == 24 + 20 + 28
 
 
-def test_protocol_table_refuses_results_of_another_protocol(tmp_path):
+def test_protocol_table_leaves_out_results_of_another_protocol_and_says_so(tmp_path):
     import _protocols
 
     results = tmp_path / "results"
     shutil.copytree(FIXTURES / "protocols" / "maxflow_1_5b", results / "temp_maxflow_1_5b")
-    with pytest.raises(
-        ValueError, match="temp_maxflow_1_5b: results of protocol structured, not structured_temperature"
-    ):
-        _protocols.protocol_table("structured_temperature", results)
+    table = _protocols.protocol_table("structured_temperature", results)
+    assert (
+        "temp_maxflow_1_5b (results of protocol structured only; needs protocol structured_temperature)"
+        in (table.attrs["missing"])
+    )
+    assert "temp_maxflow_1_5b" not in table.attrs["values"]
+    proc = run_python(NOTEBOOKS / "protocol_tables.py", "--results", results, "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert (
+        "Structured Reasoning Table 4: 0 of" in proc.stderr and "needs protocol structured_temperature" in proc.stderr
+    )
 
 
 def test_fig2a_structure_reward_before_and_after(tmp_path):

@@ -126,7 +126,7 @@ def test_a_paper_row_dry_runs_both_stages_on_verl(tmp_path, tiny_qwen3_dir, caps
     out, err = capsys.readouterr()
     sft, rl = [d for d in yaml.safe_load_all(out.replace("\nmodel_engine:", "\n---\nmodel_engine:", 1)) if d]
     assert sft["optim"]["lr"] == 1e-5 and sft["trainer"]["default_local_dir"] == f"{run_dir}/sft/checkpoints"
-    planned = f"{run_dir}/sft/checkpoints/global_step_LAST/huggingface"
+    planned = f"{run_dir}/sft/final"  # where the SFT stage leaves its model (every finished run: final/)
     assert rl["actor_rollout_ref"]["model"]["path"] == planned
     assert "verl.trainer.sft_trainer" in err and "sarl.backends.verl.main" in err
     assert not run_dir.exists()

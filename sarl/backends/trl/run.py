@@ -37,7 +37,8 @@ from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.sft import sft_args, sft_dataset
 from sarl.contract.reward import RewardsFailedError, build_reward
 from sarl.reports.figures import METRICS_FILE
-from sarl.reports.heldout import HeldOut, table
+from sarl.reports.heldout import HeldOut, log_heldout, table
+from sarl.runtime.checkpoints import FINAL_SUBDIR
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.runs import wandb_init
@@ -47,7 +48,6 @@ from sarl.smoke.policy import policy_path
 log = logging.getLogger("sarl.train.trl")
 
 
-FINAL_SUBDIR = "final"
 CURVES_FILE = "curves.png"
 
 
@@ -466,6 +466,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         if state is not None:
             log.info("%s: every saved tensor equals its trained one", final)
         heldout_block = heldout.report(heldout_before, heldout.after(trainer.model, tokenizer)) if heldout else None
+        if heldout_block is not None and wandb_run is not None:
+            log_heldout(wandb_run, heldout_block)  # beside the curves: a sweep's runs compare in the W&B UI
     finally:
         if wandb_run is not None:
             wandb_run.finish()

@@ -20,7 +20,8 @@ tagged reasoning would get no loss. Where the model's own template does not rend
 (`sft_chat_template`; decisions §7.1).
 
 Checkpoints: `checkpoints/global_step_N/` (FSDP shards, optimiser, data loader state, resumed automatically)
-with a Hugging Face copy under `huggingface/` (save_contents `hf_model`), which the next pipeline stage loads.
+with a Hugging Face copy under `huggingface/` (save_contents `hf_model`), linked into the run's `final/` at the end
+(sarl.runtime.checkpoints.export_final), which the next pipeline stage loads.
 """
 
 from __future__ import annotations
@@ -312,21 +313,6 @@ def sft_launch_command(cfg: DictConfig, run_dir: Path) -> list[str]:
             *(f"hydra.run.dir={run_dir}", "hydra.output_subdir=verl_hydra"),
         ],
     )
-
-
-def final_hf_checkpoint(run_dir: Path) -> Path | None:
-    """`checkpoints/global_step_N/huggingface` of the highest N that has model weights, else None."""
-    ckpt = run_dir / CHECKPOINT_SUBDIR
-    steps = sorted(
-        (int(p.name.rpartition("_")[2]), p)
-        for p in (ckpt.iterdir() if ckpt.is_dir() else [])
-        if p.is_dir() and p.name.startswith("global_step_") and p.name.rpartition("_")[2].isdigit()
-    )
-    for _, path in reversed(steps):
-        hf = path / "huggingface"
-        if any((hf / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
-            return hf
-    return None
 
 
 def run_verl_sft(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir: Path) -> int:

@@ -2,6 +2,7 @@
 SFT stage's final checkpoint, each stage in its own run directory, a rerun skipping finished stages."""
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -105,12 +106,13 @@ def test_a_stage_is_finished_only_with_its_marker_and_its_checkpoint(tmp_path):
 
     verl_rl, _ = compose_train_config(["+exp=grpo_sarl_math"])
     assert final_checkpoint(verl_rl, tmp_path) is None
-    actor = tmp_path / "checkpoints" / "global_step_7" / "actor"
-    actor.mkdir(parents=True)
-    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("7\n")
-    assert final_checkpoint(verl_rl, tmp_path) == actor  # verl's latest step
+    final = tmp_path / "final"
+    final.mkdir()
+    assert final_checkpoint(verl_rl, tmp_path) is None  # no weights yet
+    (final / "model.safetensors").write_bytes(b"x")
+    assert final_checkpoint(verl_rl, tmp_path) == final  # every back end's finished run: final/
     assert finished(tmp_path) is None  # no marker yet
-    mark_done(tmp_path, "rl", actor)
-    assert finished(tmp_path) == actor
-    actor.rmdir()
+    mark_done(tmp_path, "rl", final)
+    assert finished(tmp_path) == final
+    shutil.rmtree(final)
     assert finished(tmp_path) is None  # the marker names a checkpoint that is gone

@@ -247,15 +247,3 @@ def test_verl_sft_dry_run_prints_the_config_and_a_torchrun_command(tmp_path, cha
         )
         == 2
     )
-
-
-def test_final_hf_checkpoint_is_the_last_step_with_weights(tmp_path):
-    from sarl.backends.verl.sft import final_hf_checkpoint
-
-    assert final_hf_checkpoint(tmp_path) is None
-    for step, weights in ((5, True), (10, True), (15, False)):
-        hf = tmp_path / "checkpoints" / f"global_step_{step}" / "huggingface"
-        hf.mkdir(parents=True)
-        if weights:
-            (hf / "model.safetensors").write_bytes(b"x")
-    assert final_hf_checkpoint(tmp_path) == tmp_path / "checkpoints" / "global_step_10" / "huggingface"

@@ -1,6 +1,7 @@
 """backend=trl: the smoke run, GRPO with every reward, DPO, checkpoints and resume, on CPU."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testkit import HELDOUT_SMALL, run_module, smoke_small, without_vllm
+from testkit import HELDOUT_SMALL, assert_chain, evaluate_run, run_module, run_python, smoke_small, without_vllm
 
 from sarl.backends.trl.metrics import read_metrics, truncate_metrics
 from sarl.backends.trl.rewards import TRLReward
@@ -29,8 +30,8 @@ FAST = [*smoke_small(), "backend.max_steps=2"]
 HELDOUT_FAST = HELDOUT_SMALL
 
 
-def smoke(root, cache, *extra, heldout: bool = False):
-    base = ["+exp=smoke", "logger=none", f"paths.root={root}", f"model.build.cache_dir={cache}"]
+def smoke(root, cache, *extra, heldout: bool = False, logger: str = "none"):
+    base = ["+exp=smoke", f"logger={logger}", f"paths.root={root}", f"model.build.cache_dir={cache}"]
     return [*base, *(HELDOUT_FAST if heldout else ["heldout=null"]), *extra]
 
 
@@ -162,11 +163,18 @@ def test_truncate_metrics_drops_steps_after_the_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint(policy_cache, tmp_path, capsys):
-    """The embedded default: GRPO with the real structure reward on the warm-started tiny policy."""
+def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint(
+    policy_cache, tmp_path, capsys, caplog, monkeypatch
+):
+    """The embedded default: GRPO with the real structure reward on the warm-started tiny policy, logged to W&B
+    (offline, as without an API key); then the chain a researcher runs: `eval.run ckpt=<run dir>` evaluates the
+    trained final/, the table's cell is its number, and the held-out before/after and the evaluation reach the run's
+    W&B run."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4", heldout=True)) == 0
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    caplog.set_level(logging.INFO)
+    assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4", heldout=True, logger="wandb")) == 0
     run = only_run_dir(tmp_path)
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -210,6 +218,26 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     gen = model.generate(**enc, max_new_tokens=8, do_sample=False)
     assert gen.shape[1] > enc["input_ids"].shape[1]
     assert model.config.head_dim >= 64 and model.config.architectures == ["Qwen3ForCausalLM"]
+    # the weights in final/ are the trained ones (checked by the run against its trained tensors), then the chain
+    assert f"{run / 'final'}: every saved tensor equals its trained one" in caplog.text
+    results = assert_chain(run, "smoke", run / "final", tmp_path / "chain")
+    # W&B: the held-out before/after table beside the curves, and the evaluation's selection table (select=last)
+    heldout_table = wandb_table(run, "heldout/before_after")
+    sr = next(r for r in heldout_table["data"] if r[0] == "sr_mean")
+    assert sr[1:4] == [block["before"]["sr_mean"], block["after"]["sr_mean"], block["delta"]["sr_mean"]]
+    selected, _ = evaluate_run(run, tmp_path / "select", "select=paper", logger="wandb")
+    assert selected["selection"]["rule"] == "last" and selected["selection"]["step"] == 4
+    assert selected["run"]["ckpt"] == results["run"]["ckpt"] == str(run / "final")
+    assert wandb_table(run, "eval/smoke/selection")["data"] == [
+        [4, selected["selection"]["checkpoints"][0]["held_out_score"], True, str(run / "final")]
+    ]
+
+
+def wandb_table(run_dir: Path, key: str) -> dict:
+    """The newest W&B table `key` logged to the run's (offline) W&B run, as the files W&B writes for it."""
+    found = sorted(run_dir.glob(f"wandb/offline-run-*/files/media/table/{key}_*.table.json"), key=os.path.getmtime)
+    assert found, sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("wandb/**/*.json"))
+    return json.loads(found[-1].read_text())
 
 
 @pytest.mark.slow
@@ -242,6 +270,29 @@ def test_smoke_compare_trains_each_reward_from_one_policy_and_writes_the_miniatu
     for name in ("fig3_training_dynamics.png", "fig2a_structure_reward.png"):
         assert (run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "SARL Table 2 in miniature" in capsys.readouterr().out
+    # SARL Table 2 in miniature by the paper tables' own code: each stage (and the untrained policy, `name=base`)
+    # evaluated with protocol=smoke from its run directory, then `notebooks/tables.py --protocol smoke`
+    cfg, _ = compose_train_config(["+exp=smoke", f"model.build.cache_dir={policy_cache}"])
+    values = {"base": evaluate_run(policy_path(cfg), tmp_path, "name=base")[0]}
+    for label in labels:
+        values[f"smoke_compare/{label}"] = evaluate_run(run / label, tmp_path)[0]
+    proc = run_module("eval.run", f"ckpt={run}", "protocol=smoke", f"paths.root={tmp_path}")  # which of the three?
+    assert proc.returncode == 2 and "a pipeline of 3 separate runs (SARL, Ground-Truth, TTRL)" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    out = tmp_path / "paper"
+    tables = REPO / "notebooks" / "tables.py"
+    proc = run_python(tables, "--results", tmp_path / "runs" / "eval", "--out", out, "--protocol", "smoke")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in (out / "table2_smoke.md").read_text().splitlines() if line.startswith("| ")][1:]
+    printed = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in lines if not line.startswith("|---")}
+    for label, row in [("Base", "base"), *((f"GRPO w/ {x}", f"smoke_compare/{x}") for x in labels)]:
+        value = values[row]["math"]["benchmarks"]["smoke_heldout"]["avg_at_k"]
+        assert printed[label] == f"{value:.2f}", (label, printed)
+    # SARL's own tables are told these are smoke-protocol results: the protocol found, the one needed, the command
+    proc = run_python(tables, "--results", tmp_path / "runs" / "eval", "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    said = [x for x in proc.stderr.splitlines() if x.startswith("base: results of protocol smoke only")]
+    assert len(said) == 1 and "needs protocol sarl: python -m eval.run ckpt=" in said[0], proc.stderr
 
 
 REWARDS = [
@@ -291,6 +342,7 @@ def test_dpo_runs_two_steps_on_the_shipped_preference_pairs(policy_cache, tmp_pa
     assert all(r.get("loss") is not None for r in rows)
     assert any(k.startswith("rewards/") for k in rows[0])  # TRL's DPO implicit-reward margins
     assert (run / "final" / "model.safetensors").exists()
+    assert_chain(run, "smoke", run / "final", tmp_path / "chain")  # evaluated from its run directory, tabulated
 
 
 @pytest.mark.slow

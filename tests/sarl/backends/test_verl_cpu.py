@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testkit import vllm_python_or_skip
+from testkit import assert_chain, evaluate_run, vllm_python_or_skip
 
 from sarl.backends.verl.cpu import SYNC_RANKS_LOG, sync_records
 from sarl.reports.figures import read_metrics_history
 from sarl.reports.progress import VERL_LOG
+from sarl.runtime.checkpoints import export_problem
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
@@ -217,12 +218,62 @@ def test_grpo_gt_math_validates_before_training(gt_run):
     assert float(by_step[1]["reward/failed"]) == 0
 
 
+def assert_final_is_the_trained_model(run: Run, step: int) -> Path:
+    """The run's `final/`, made at the end from the last checkpoint's FSDP shards by verl's model merger (said in one
+    line) and holding exactly the trained tensors (read from the shards independently of the merger)."""
+    final = run.run_dir / "final"
+    record = json.loads((run.run_dir / "export.json").read_text())
+    assert record["step"] == step and record["from"] == f"checkpoints/global_step_{step}/actor", record
+    assert f"final model: {final} (step {step}, verl model merger" in run.log, tail(run)
+    assert export_problem(run.run_dir / "checkpoints" / f"global_step_{step}" / "actor", final) is None
+    return final
+
+
+def test_grpo_gt_math_run_is_evaluated_and_tabulated(gt_run, tmp_path):
+    """The chain a researcher runs after training, from the run directory: `eval.run ckpt=<run dir>` evaluates the
+    trained model (final/), the table's cell is its number; a verl checkpoint directory (`global_step_N`, or the
+    config-only `actor/huggingface/` verl leaves) is merged on first use, said in one line, and its tensors are
+    the trained ones."""
+    final = assert_final_is_the_trained_model(gt_run, step=2)
+    assert_chain(gt_run.run_dir, "grpo_gt_math", final, tmp_path / "chain")
+    actor = gt_run.run_dir / "checkpoints" / "global_step_2" / "actor"
+    assert not (actor / "huggingface" / "model.safetensors").exists()  # verl saved the config and tokenizer only
+    results, logged = evaluate_run(actor / "huggingface", tmp_path / "step")
+    assert results["run"]["ckpt"] == str(actor / "huggingface")
+    assert export_problem(actor, actor / "huggingface") is None
+    said = [x for x in logged.splitlines() if "is a verl checkpoint (FSDP shards)" in x]
+    assert len(said) == 1 and f"merged by verl's model merger into {actor / 'huggingface'}" in said[0], logged
+
+
 def test_grpo_ttrl_math_votes_on_all_rollouts_and_trains_on_some(tmp_path):
-    run = run_row(tmp_path / "ttrl", "grpo_ttrl_math", "train.n_trained=2")
+    """The group reward; saving every step, then `eval.run ckpt=<run dir> select=best`: both checkpoints on the
+    held-out set (step 1 merged on demand, step 2 from final/), the best picked and evaluated, every score kept."""
+    run = run_row(tmp_path / "ttrl", "grpo_ttrl_math", "train.n_trained=2", "train.save_freq=1")
     by_step = assert_trained(run)
     for step in (1, 2):
         assert by_step[step]["reward/voted_sessions"] == 16  # 4 prompts x 4 votes, scored by the group hook
         assert by_step[step]["reward/trained_sessions"] == 8  # 2 of each prompt's 4 trained on
+    final = assert_final_is_the_trained_model(run, step=2)
+    results, _ = evaluate_run(run.run_dir, tmp_path / "select", "select=best")
+    selection = results["selection"]
+    step1 = run.run_dir / "checkpoints" / "global_step_1" / "actor"
+    assert [(c["step"], c["ckpt"]) for c in selection["checkpoints"]] == [
+        (1, str(step1 / "huggingface")),
+        (2, str(final)),
+    ]
+    assert export_problem(step1, step1 / "huggingface") is None  # merged for the selection: the step-1 weights
+    held_out = Path(results["run"]["run_dir"]) / "select"
+    for c in selection["checkpoints"]:  # each score is its held-out run's avg@k
+        sub = json.loads((held_out / f"step_{c['step']}" / "results.json").read_text())
+        assert c["held_out_score"] == sub["math"]["benchmarks"]["smoke_heldout"]["avg_at_k"]
+    scores = {c["step"]: c["held_out_score"] for c in selection["checkpoints"]}
+    best = max(scores, key=lambda s: (scores[s], -s))
+    assert selection["rule"] == "best" and selection["held_out"] == ["smoke_heldout"] and selection["step"] == best
+    assert (
+        results["run"]["ckpt"]
+        == selection["ckpt"]
+        == dict((c["step"], c["ckpt"]) for c in selection["checkpoints"])[best]
+    )
 
 
 def test_ppo_sarl_math_trains_the_critic_with_gae_on_two_ranks_with_a_tensor_parallel_2_rollout(tmp_path):
@@ -245,6 +296,8 @@ def test_ppo_sarl_math_trains_the_critic_with_gae_on_two_ranks_with_a_tensor_par
         here = {p["rank"]: p for p in parts if p["global_steps"] == step}
         assert sorted(here) == [0, 1], f"step {step}: ranks in the weight sync {sorted(here)}"
         assert here[0]["server"] and not here[1]["server"] and here[0]["tensors"] == here[1]["tensors"] > 0
+    # the two ranks' shards joined into one model (each tensor split along its first dimension), then evaluated
+    assert_chain(run.run_dir, "ppo_sarl_math", assert_final_is_the_trained_model(run, step=2), tmp_path / "chain")
 
 
 def assert_sharded(checkpoint: Path, world: int) -> None:
@@ -298,6 +351,7 @@ def test_resume_continues_from_the_last_checkpoint(gt_run):
     assert "global_step_2" in second.verl_log and "Training from scratch" not in second.verl_log, tail(second)
     by_step = assert_trained(second, steps=3, first_step=3)
     assert {1, 2} <= set(by_step)  # the first run's steps survive the resume
+    assert_final_is_the_trained_model(second, step=3)  # final/ is the resumed run's last step
 
 
 def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_starts(tmp_path, monkeypatch, capfd):
@@ -491,5 +545,12 @@ def test_lcs_paper_pipeline_sft_then_grpo_from_its_checkpoint(tmp_path):
     sft = read_metrics_history(run.run_dir / "sft" / "metrics.jsonl")
     assert [int(r["step"]) for r in sft if "train/loss" in r] == [1, 2], sft
     assert_trained(Run(run.rc, run.run_dir / "rl", run.log, run.verl_log), steps=6, sparse=True)
-    start = json.loads((run.run_dir / "pipeline.json").read_text())["stages"]["sft"]
-    assert f"model.path={start}" in run.log
+    record = json.loads((run.run_dir / "pipeline.json").read_text())
+    start = record["stages"]["sft"]
+    assert start == str(run.run_dir / "sft" / "final") and f"model.path={start}" in run.log
+    sft_hf = sorted((run.run_dir / "sft" / "checkpoints").glob("global_step_*/huggingface"))[-1]
+    assert (Path(start) / "model.safetensors").samefile(sft_hf / "model.safetensors")  # linked: no second copy
+    # the pipeline trains one model: `eval.run ckpt=<pipeline run dir>` evaluates its last stage's final/
+    assert record["final_stage"] == "rl"
+    rl = Run(run.rc, run.run_dir / "rl", run.log, run.verl_log)
+    assert_chain(run.run_dir, "lcs_paper/rl", assert_final_is_the_trained_model(rl, step=6), tmp_path / "chain")
