@@ -31,12 +31,15 @@ log = logging.getLogger(__name__)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new content, never a partial file."""
+    """Write `text` to `path` so that readers see the old or the new content, never a partial file. A character
+    UTF-8 cannot encode (a lone surrogate, which a model or a judged program can print or raise) is written as its
+    escape `\\udXXX`: inside a JSON string that is the JSON escape of the same character, so the record reads back
+    equal; elsewhere (Markdown) it shows as the escape. Nothing the evaluated text holds can make a write fail."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

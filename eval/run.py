@@ -65,6 +65,7 @@ from sarl.runtime.checkpoints import resolve_checkpoint
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import git_commit, versions
+from sarl.runtime.usage import Usage, asks_for_help, usage
 from slurm import launcher
 
 log = logging.getLogger("eval.run")
@@ -165,11 +166,52 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
         handler.close()
 
 
+USAGE = Usage(
+    synopsis=(
+        "python -m eval.run ckpt=CKPT [protocol=NAME] [select=RULE] [KEY=VALUE ...]",
+        "python -m eval.run ckpt=runs/<row>/<date>_<time>            # a training run: its final/ model",
+        "python -m eval.run ckpt=RUN_DIR protocol=structured select=paper  # the checkpoint the paper reports",
+        "python -m eval.run protocol=NAME dry_run=true                # the protocol's plan; no checkpoint needed",
+    ),
+    about=(
+        "Evaluate a checkpoint by a paper's protocol (default SARL's: avg@8 on AIME25, AMC23, MATH500, Minerva and the "
+        "WildBench score): generate (vLLM, or Transformers where vLLM is not installed), grade, judge, then "
+        "results.json, results.md and problems.jsonl under runs/eval/<row>/<date>_<time>/. Generations are cached: "
+        "rerunning the same command resumes. Exit 0 complete, 2 a user error, 3 some generations or judgements failed."
+    ),
+    keys=(
+        (
+            "ckpt",
+            "a Hugging Face directory or Hub id, a training run directory (its final/), a pipeline's run "
+            "directory, or a verl checkpoint checkpoints/global_step_N (merged on first use)",
+        ),
+        ("select", "best | last | paper: every checkpoint of the run on the protocol's held-out set, then the pick"),
+        ("name", "the results' name (default: the training row, which the table notebooks look for); name=base"),
+        ("base_results", "the base model's results: the Δ% columns"),
+        ("only", "a list of the protocol's benchmarks to run, e.g. only=[aime25]"),
+        ("limit", "the first N problems of every benchmark (quick checks)"),
+        ("dry_run", "true: print the resolved plan and exit"),
+    ),
+    groups=(
+        ("protocol", "eval/protocol", "a paper's evaluation protocol"),
+        ("generator", "eval/generator", "what samples the model"),
+        ("judge", "eval/judge", "the WildBench judge"),
+        ("prompt", "eval/prompt", "ask every math benchmark with one template (default: each as its protocol says)"),
+        ("launcher", "launcher", "run here (local) or submit to SLURM"),
+        ("logger", "logger", "W&B or none"),
+    ),
+    more="More: docs/commands.md#evaluation, docs/evaluation.md.",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if asks_for_help(argv):
+        sys.stdout.write(usage(USAGE))
+        return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     logging.getLogger("eval").setLevel(logging.INFO)
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
-    argv = list(sys.argv[1:] if argv is None else argv)
     return exit_code(
         lambda: _run_command(argv),
         on_error=lambda err: log.error("%s", err),

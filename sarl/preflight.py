@@ -40,6 +40,7 @@ from sarl.runtime.errors import report_user_errors
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.node_checks import check_gpus, check_wandb
 from sarl.runtime.runs import experiment_name, resolve_run_dir
+from sarl.runtime.usage import Usage, asks_for_help, usage
 from sarl.serving.auto import check_reward_endpoints
 from sarl.serving.checks import check_embedding_server, check_model_files
 
@@ -158,11 +159,26 @@ def print_table(checks: list[Check], title: str) -> None:
     Console(width=max(120, shutil.get_terminal_size().columns)).print(table)
 
 
+USAGE = Usage(
+    synopsis=("python -m sarl.preflight +exp=ROW [KEY=VALUE ...]   # the same arguments as sarl.train",),
+    about=(
+        "On the GPU node, before a run: the row's GPUs, libraries, memory plan, embedding server, data, model and "
+        "W&B, one ✓/✗ table with the fix of each ✗ row. Exit 0 when every check passes, 1 when one fails, 2 for a "
+        "user error."
+    ),
+    groups=(("+exp", "exp", "a paper row"), ("backend", "backend", "the trainer")),
+    more="The other keys and groups are sarl.train's (python -m sarl.train --help); docs/gpu.md.",
+)
+
+
 @report_user_errors("sarl.preflight")  # a misspelt key or option, an invalid value: one line, exit 2
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if asks_for_help(args):
+        sys.stdout.write(usage(USAGE))
+        return 0
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(name)s] %(message)s")
     offline_if_unreachable()  # a Hub that cannot be reached: the model checks read the local cache, no retries
-    args = list(sys.argv[1:] if argv is None else argv)
     cfg, choices = compose_user_config(split_stage_overrides(args)[0])  # `STAGE:key=value`: that stage's only
     checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices, args)
     print_table(checks, f"preflight: {experiment_name(choices)}")

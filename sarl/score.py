@@ -57,6 +57,7 @@ from sarl.runtime.errors import (
     report_user_errors,
 )
 from sarl.runtime.files import CONF_DIR
+from sarl.runtime.usage import Usage, asks_for_help, usage
 from sarl.structure.reward import StructureAnalysis, StructureReward
 from sarl.structure.viz import plot_reasoning_map, step_table, view_response
 
@@ -436,6 +437,31 @@ def check_command_line(argv: list[str]) -> None:
         raise UserError(composition_error_message(err)) from err
 
 
+USAGE = Usage(
+    synopsis=(
+        "python -m sarl.score input=FILE.jsonl [output=OUT.jsonl] [reward=NAME] [plot=true] [view=ID]",
+        "python -m sarl.score                       # the shipped sample responses, the structure reward",
+    ),
+    about=(
+        "Score saved responses with any reward, no training: one JSON object per line (response; id, prompt, group, "
+        "ground_truth where the reward reads them: conf/score.yaml lists which). Writes one line per response with "
+        "its score, diagnostics and failure; the structure reward (sarl*) adds SR, C, L and can draw reasoning maps."
+    ),
+    keys=(
+        ("input", "the JSONL of responses (null: sarl/samples/responses.jsonl)"),
+        ("output", "where the scores go (default: the run folder runs/score/<date>/<time>/scores.jsonl)"),
+        ("plot", "true: each response's reasoning map as PNG (plot_dir); structure reward only"),
+        ("view", "one response's id: its steps listed and its map drawn"),
+        ("batch_size", "responses per reward call"),
+    ),
+    groups=(("reward", "reward", "the reward"), ("embedding", "embedding", "the structure reward's embedder")),
+    more="Hydra's own flags still work (--cfg job, -m for a sweep); --hydra-help is Hydra's help.",
+)
+
+
 if __name__ == "__main__":
+    if asks_for_help(sys.argv[1:]):
+        sys.stdout.write(usage(USAGE))
+        sys.exit(0)
     check_command_line(sys.argv[1:])
     main()

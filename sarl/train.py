@@ -31,6 +31,7 @@ from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
 from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
 from sarl.preflight import run_cheap_checks
+from sarl.runtime.checkpoints import evaluate_hint
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import (
@@ -43,6 +44,7 @@ from sarl.runtime.runs import (
     wandb_record,
 )
 from sarl.runtime.signals import Terminated, run_in_own_group, signals_as_exceptions
+from sarl.runtime.usage import Usage, asks_for_help, usage
 from sarl.serving.auto import (
     check_reward_dependencies,
     check_reward_endpoints,
@@ -156,6 +158,7 @@ def run(
     if problem:
         log.error("the run saved no usable model: %s", problem)
         return 1
+    log.info("%s", evaluate_hint(run_dir, bool(cfg.model.get("build"))))
     return 0
 
 
@@ -258,13 +261,54 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
         return run_verl_process(cmd, run_dir, {**env, **process_env(cfg, run_dir)}, total)
 
 
+USAGE = Usage(
+    synopsis=(
+        "python -m sarl.train +exp=ROW [KEY=VALUE ...] [GROUP=OPTION ...] [STAGE:KEY=VALUE ...]",
+        "python -m sarl.train +exp=ROW train.dry_run=true   # the back end's config on stdout, the command on stderr",
+        "python -m sarl.train +exp=ROW backend=verl_cpu     # the row's own verl trainer on CPU, 2 steps",
+    ),
+    about=(
+        "Train a policy with a reward: a paper row (conf/exp/ROW.yaml) or any combination of the groups below, on "
+        "verl (GPU clusters; verl_cpu on a laptop) or TRL (CPU or one GPU). The run directory gets config.yaml, "
+        "meta.json, metrics.jsonl, checkpoints and final/, the model `python -m eval.run ckpt=<run dir>` evaluates."
+    ),
+    keys=(
+        ("train.dry_run", "true: compose, check and print what would run; nothing is started or written"),
+        ("run_dir", "the run directory (default runs/<row>/<date>_<time>); an existing one resumes its checkpoints"),
+        ("seed", "the data order's and the sampler's seed"),
+        (
+            "train.KEY",
+            "SARL Tables 6-7's settings: rollout_n, train_batch_size, actor_lr, kl_loss_coef, save_freq, ...",
+        ),
+        ("backend.KEY", "the back end's settings: max_steps (TRL), n_gpus_per_node, rollout_tensor_parallel_size, ..."),
+        ("STAGE:KEY", "a pipeline row's stage only, e.g. sft:data.sft_files=FILE rl:train.total_training_steps=100"),
+    ),
+    groups=(
+        ("+exp", "exp", "a paper row (README 'Paper rows')"),
+        ("algorithm", "algorithm", "the RL (or SFT, DPO) algorithm"),
+        ("reward", "reward", "the reward"),
+        ("data", "data", "the training set (sarl.data.prepare builds it)"),
+        ("model", "model", "the policy"),
+        ("backend", "backend", "the trainer"),
+        ("embedding", "embedding", "the structure reward's embedder"),
+        ("launcher", "launcher", "run here (local) or submit to SLURM"),
+        ("logger", "logger", "where metrics go besides metrics.jsonl"),
+    ),
+    more="More: docs/commands.md, docs/reproduce.md (the command of every paper table).",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """SIGTERM and SIGHUP end the run like an error (sarl.runtime.signals): its children are stopped, exit
     128+signal."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if asks_for_help(args):
+        sys.stdout.write(usage(USAGE))
+        return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
 
-    overrides, stage_overrides = split_stage_overrides(list(sys.argv[1:] if argv is None else argv))
+    overrides, stage_overrides = split_stage_overrides(args)
     try:
         cfg, choices = compose_user_config(overrides)
         if not cfg.get("pipeline"):  # a pipeline checks each stage's model (sarl.launch.pipeline)

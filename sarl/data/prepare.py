@@ -38,6 +38,7 @@ from sarl.data.writers import write_json, write_jsonl, write_parquet
 from sarl.runtime.files import CONF_DIR
 from sarl.runtime.hub import offline_if_unreachable
 from sarl.runtime.runs import git_commit
+from sarl.runtime.usage import Usage, asks_for_help, usage
 
 log = logging.getLogger("sarl.data.prepare")
 
@@ -191,5 +192,25 @@ def main(cfg: DictConfig) -> None:
     print_summary(manifest)
 
 
+USAGE = Usage(
+    synopsis=("python -m sarl.data.prepare dataset=NAME [source.local_file=FILE] [drop_invalid=true]",),
+    about=(
+        "Build a training or evaluation set from conf/data/NAME.yaml: read its source (the Hub, or a local copy), map "
+        "and check its fields, write <paths.data_dir>/NAME/ (parquet for verl, JSONL for TRL) and a manifest."
+    ),
+    keys=(
+        ("source.local_file", "a local copy of the source's data (.json, .jsonl, .parquet, .csv): no Hub needed"),
+        ("drop_invalid", "true: drop unusable rows (each listed in the manifest) instead of failing"),
+        ("expected_count", "the number of rows the set must have"),
+        ("paths.data_dir", "where the sets are written (default data/)"),
+    ),
+    groups=(("dataset", "data", "the set to build"),),
+    more="More: docs/commands.md#data. Hydra's own flags still work (--cfg job); --hydra-help is Hydra's help.",
+)
+
+
 if __name__ == "__main__":
+    if asks_for_help(sys.argv[1:]):
+        sys.stdout.write(usage(USAGE))
+        sys.exit(0)
     main()

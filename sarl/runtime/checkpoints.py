@@ -382,3 +382,13 @@ def exported_step(run_dir: Path) -> int | None:
         return int(json.loads((Path(run_dir) / EXPORT_RECORD).read_text())["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def evaluate_hint(run_dir: Path, tiny_policy: bool) -> str:
+    """The command that evaluates a finished run, as the run's last line says it: the smoke protocol for the tiny
+    policy a CPU run trains (offline, shipped prompts), else the paper's protocol (docs/reproduce.md names it)."""
+    if tiny_policy:
+        return f"evaluate it: python -m eval.run ckpt={run_dir} protocol=smoke"
+    return (
+        f"evaluate it: python -m eval.run ckpt={run_dir} protocol=P [select=paper] (P: the table's, docs/reproduce.md)"
+    )

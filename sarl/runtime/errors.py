@@ -33,9 +33,33 @@ def composition_error_message(err: Exception) -> str:
     search = next((i for i, line in enumerate(lines) if line.startswith("Config search path")), None)
     lines = lines[:search]  # Hydra's search path (its own config providers) adds nothing for the user
     head = next((i for i, line in enumerate(lines) if line.startswith("Available options")), None)
-    if head is not None:  # an unknown option: name the valid ones on the same line
-        return " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
+    if head is not None:  # an unknown option: the nearest ones, or all when there are few
+        return _unknown_option(" ".join(lines[:head]), lines[head + 1 :]) or (
+            " ".join(lines[:head]) + f" {lines[head]} " + ", ".join(lines[head + 1 :])
+        )
     return " ".join(lines[:2]) or type(err).__name__
+
+
+MISSING_OPTION = re.compile(r"Could not find '([\w/@.-]+)/([^'/]+)'")
+FEW_OPTIONS = 12
+
+
+def _unknown_option(text: str, options: list[str]) -> str | None:
+    """`GROUP=NAME: no such option; did you mean X? (N options in conf/GROUP/)` for Hydra's "Could not find
+    'GROUP/NAME'": the nearest names first (a group of ~50 paper rows is not dumped on one line), every option when
+    the group has few."""
+    import difflib
+
+    found = MISSING_OPTION.search(text)
+    if found is None or not options:
+        return None
+    group, name = found.groups()
+    key = group.rpartition("/")[2]
+    near = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(near)}?" if near else "no option is near it"
+    if len(options) <= FEW_OPTIONS:
+        return f"{key}={name}: no such option; {hint} (choose one of: {', '.join(options)})"
+    return f"{key}={name}: no such option; {hint} ({len(options)} options in conf/{group}/; --help lists them)"
 
 
 def _unknown_key(err: Exception) -> str | None:

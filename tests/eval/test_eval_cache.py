@@ -36,6 +36,31 @@ def test_cache_round_trip_and_resume_from_disk(tmp_path):
     assert len(files) == 2 and json.loads(files[0].read_text())["problem_id"] == "p/1"
 
 
+HOSTILE_TEXTS = {
+    "lone surrogate": "raise ValueError('\ud800')  # \udfff too",
+    "NUL": "a\x00b",
+    "replacement and marks": "\ufffd\u200b\u202e<think>",
+    "a megabyte": "x" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXTS))
+def test_any_text_a_model_or_program_writes_is_stored_and_read_back(tmp_path, name):
+    """A response or a program's output is cached and read back as it was, whatever it holds (a lone surrogate made
+    every write raise UnicodeEncodeError, so the sample was never cached and every rerun died at the same place);
+    the reports written from it (JSON, Markdown) never fail."""
+    text = HOSTILE_TEXTS[name]
+    cache = SampleCache(tmp_path / "cache")
+    cache.put("b", "p1", "h", 0, {"text": text, "judge": {"error": text}})
+    again = SampleCache(tmp_path / "cache").get("b", "p1", "h")
+    assert again == {0: {"text": text, "judge": {"error": text}}}
+    report = tmp_path / "results.json"
+    atomic_write_text(report, json.dumps({"answers": [text]}, ensure_ascii=False))
+    assert json.loads(report.read_text(encoding="utf-8")) == {"answers": [text]}
+    atomic_write_text(tmp_path / "results.md", f"| {text} |")  # Markdown: the escape stands for the character
+    assert (tmp_path / "results.md").read_text(encoding="utf-8").startswith("| ")
+
+
 def test_changed_prompt_ignores_old_samples(tmp_path):
     cache = SampleCache(tmp_path)
     cache.put("b", "p1", "old-hash", 0, {"text": "stale"})

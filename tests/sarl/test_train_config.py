@@ -52,6 +52,24 @@ def test_unknown_option_lists_the_valid_ones():
         assert name in str(err.value)
 
 
+def test_a_misspelt_option_is_one_line_naming_the_nearest_ones():
+    """A misspelt row among ~50 is not answered with all of them on one line: the nearest names, the group's
+    folder; a small group lists every option."""
+    from sarl.launch.compose import compose_user_config
+    from sarl.runtime.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        compose_user_config(["+exp=grpo_sarl_mth"])
+    said = str(err.value)
+    assert said.startswith("exp=grpo_sarl_mth: no such option; did you mean grpo_sarl_math"), said
+    assert "options in conf/exp/; --help lists them" in said and "evol_rl_aime24" not in said
+    with pytest.raises(UserError) as err:
+        compose_user_config(["backend=verll"])
+    said = str(err.value)
+    assert said.startswith("backend=verll: no such option; did you mean verl or verl_cpu"), said
+    assert said.endswith("(choose one of: trl, verl, verl_cpu)"), said
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiment_composes_and_builds_a_valid_verl_config_or_says_why_not(exp, tmp_path, tiny_qwen3_dir):

@@ -38,7 +38,7 @@ from sarl.backends.trl.sft import sft_args, sft_dataset
 from sarl.contract.reward import RewardsFailedError, build_reward
 from sarl.reports.figures import METRICS_FILE
 from sarl.reports.heldout import HeldOut, log_heldout, table
-from sarl.runtime.checkpoints import FINAL_SUBDIR
+from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.runs import wandb_init
@@ -489,4 +489,5 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         console.print(table(heldout_block))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"final checkpoint: {run_dir / FINAL_SUBDIR}\ncurves: {png}\nmetrics: {metrics_path}")
+    console.print(evaluate_hint(run_dir, bool(cfg.model.get("build"))), soft_wrap=True)
     return 0

@@ -193,6 +193,7 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "per-step metrics" in out and "SR" in out
+    assert f"evaluate it: python -m eval.run ckpt={run} protocol=smoke" in out  # the next command, on CPU
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["failed_rewards"] == 0
     paths = ("final_checkpoint", "metrics", "curves")  # relative to the run directory: it can be moved
