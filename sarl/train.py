@@ -31,6 +31,7 @@ from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
 from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
 from sarl.preflight import run_cheap_checks
+from sarl.reports.curves import run_curves
 from sarl.runtime.checkpoints import evaluate_hint
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable
@@ -158,6 +159,11 @@ def run(
     if problem:
         log.error("the run saved no usable model: %s", problem)
         return 1
+    if cfg.algorithm.name != "sft":  # the RL curves, as a TRL run draws them (sarl.reports.curves)
+        try:
+            log.info("curves: %s", run_curves(run_dir))
+        except ValueError as err:  # a run that logged no training signal: said, the model stands
+            log.warning("no curves drawn: %s", err)
     log.info("%s", evaluate_hint(run_dir, bool(cfg.model.get("build"))))
     return 0
 

@@ -1,4 +1,5 @@
-"""Per-step metrics of a TRL run: `metrics.jsonl` in the run directory, W&B, a console table, curves.
+"""Per-step metrics of a TRL run: `metrics.jsonl` in the run directory, W&B, a console table (the curves:
+sarl.reports.curves).
 
 TRL's trainers hand every logged dict to the callbacks' `on_log`. The recorder writes each value once, under the
 name the verl runs use where there is one, so that notebooks read both backends alike:
@@ -34,14 +35,6 @@ ALIASES = {
     "completions/mean_length": "response_length/mean",
     "frac_reward_zero_std": "reward/zero_std_frac",
 }
-# Curves of the smoke run's PNG: (title, candidate keys; the first one present is drawn).
-CURVES = [
-    ("reward", ["reward/mean", "rewards/chosen", "loss"]),
-    ("structure reward SR", ["reward/sr/mean"]),
-    ("KL to reference", ["actor/kl"]),
-    ("entropy", ["actor/entropy"]),
-    ("response length (tokens)", ["response_length/mean"]),
-]
 TABLE = [
     ("step", "step"),
     ("reward", "reward/mean"),
@@ -140,42 +133,3 @@ def summary_table(rows: list[dict[str, Any]]) -> Any:
             cells.append("" if v is None else (str(int(v)) if key == "step" else f"{v:.4g}"))
         table.add_row(*cells)
     return table
-
-
-def plot_curves(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """A PNG with one panel per curve of CURVES (reward, SR, KL, entropy, length) on a grid of at most 3 columns;
-    the SR panel is left out where SR is the reward at every step (the reward's title says so)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    drawn = []
-    for name, keys in CURVES:
-        key = next((k for k in keys if any(r.get(k) is not None for r in rows)), None)
-        drawn.append([name, key, keys])
-    reward, sr = drawn[0][1], drawn[1][1]
-    if reward and sr and all(r.get(reward) == r.get(sr) for r in rows):
-        drawn[0][0] = f"{drawn[0][0]} (= structure reward SR)"
-        del drawn[1]
-    cols = 2 if len(drawn) == 4 else min(3, len(drawn))
-    n_rows = math.ceil(len(drawn) / cols)
-    fig, axes = plt.subplots(n_rows, cols, figsize=(4 * cols, 3.0 * n_rows), squeeze=False)
-    for ax in axes.flat[len(drawn) :]:
-        ax.set_visible(False)
-    for ax, (name, key, keys) in zip(axes.flat, drawn):
-        ax.set_title(name if key is None or key in keys[:1] else f"{name} ({key})", fontsize=9)
-        ax.set_xlabel("step")
-        if key is None:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-            continue
-        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -36,6 +36,7 @@ from sarl.backends.trl.common import OUTPUT_SUBDIR, common_args
 from sarl.backends.trl.rewards import TRLReward
 from sarl.backends.trl.sft import sft_args, sft_dataset
 from sarl.contract.reward import RewardsFailedError, build_reward
+from sarl.reports.curves import CURVES_FILE, plot_curves
 from sarl.reports.figures import METRICS_FILE
 from sarl.reports.heldout import HeldOut, log_heldout, table
 from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint
@@ -46,9 +47,6 @@ from sarl.runtime.weights import WEIGHT_FILES, weights_problem
 from sarl.smoke.policy import policy_path
 
 log = logging.getLogger("sarl.train.trl")
-
-
-CURVES_FILE = "curves.png"
 
 
 def unsupported(cfg: DictConfig) -> str | None:
@@ -352,7 +350,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # deferred: imports torch and transformers
-    from sarl.backends.trl.metrics import MetricsRecorder, plot_curves, read_metrics, summary_table, truncate_metrics
+    from sarl.backends.trl.metrics import MetricsRecorder, read_metrics, summary_table, truncate_metrics
 
     if cfg.backend.torch_threads:
         torch.set_num_threads(int(cfg.backend.torch_threads))
@@ -474,7 +472,8 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     rows = read_metrics(metrics_path)
     console = Console(file=sys.stdout, width=160)
     console.print(summary_table(rows))
-    png = plot_curves(rows, run_dir / CURVES_FILE, title=f"{meta.get('experiment', '')} ({run_dir.name})")
+    title = f"{meta.get('experiment', '')} ({run_dir.name})"
+    png = plot_curves(rows, run_dir / CURVES_FILE, title=title, heldout=heldout_block)
     summary = {  # paths relative to the run directory: the record stays true when the directory is moved
         "final_checkpoint": FINAL_SUBDIR,
         "metrics": os.path.relpath(metrics_path, run_dir),

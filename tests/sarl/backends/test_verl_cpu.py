@@ -226,6 +226,7 @@ def assert_final_is_the_trained_model(run: Run, step: int) -> Path:
     assert record["step"] == step and record["from"] == f"checkpoints/global_step_{step}/actor", record
     assert f"final model: {final} (step {step}, verl model merger" in run.log, tail(run)
     assert f"evaluate it: python -m eval.run ckpt={run.run_dir} protocol=smoke" in run.log, tail(run)  # the next step
+    assert (run.run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # drawn as a TRL run's are
     assert export_problem(run.run_dir / "checkpoints" / f"global_step_{step}" / "actor", final) is None
     return final
 
