@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -371,6 +372,29 @@ def write_scores(
 @hydra.main(version_base="1.3", config_path="../conf", config_name="score")
 @report_user_errors("sarl.score")
 def main(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        score(cfg)
+    finally:
+        drop_unused_run_dir(run_dir)
+
+
+def drop_unused_run_dir(run_dir: Path) -> None:
+    """The folder Hydra made for this call (runs/score/<date>/<time>/), removed when nothing was written into it but
+    Hydra's own records and log: a call that failed, or wrote its scores elsewhere (output=...), leaves no folder
+    behind; the date, runs/score and runs folders go too when that leaves them empty."""
+    if not run_dir.is_dir() or any(p.name not in (".hydra", "score.log") for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in (run_dir.parent, run_dir.parent.parent, run_dir.parent.parent.parent):
+        try:
+            parent.rmdir()  # only when empty: another call's folder keeps it
+        except OSError:
+            break
+
+
+def score(cfg: DictConfig) -> None:
+    """The command (module docstring), run by `main` inside Hydra's run folder."""
     if int(cfg.batch_size) < 1:
         raise UserError(f"batch_size={cfg.batch_size}: must be at least 1")
     data = read_input(cfg.input)  # before the reward loads: a bad file fails in a second

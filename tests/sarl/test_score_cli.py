@@ -205,6 +205,18 @@ def test_refuses_in_one_line(tmp_path, rows, overrides, words):
     proc = run_module("sarl.score", f"hydra.run.dir={tmp_path}/run", f"input={src}", f"output={out}", *overrides)
     assert_one_line_error(proc, *words)
     assert not out.exists()
+    assert not (tmp_path / "run").exists()  # a call that fails leaves no run folder behind
+
+
+def test_a_call_leaves_a_run_folder_only_when_it_writes_into_it(tmp_path):
+    """The run folder (runs/score/<date>/<time>/) stays only when the scores go into it: a call writing elsewhere,
+    or failing, leaves none, nor the empty runs/score/ above it."""
+    out = tmp_path / "elsewhere.jsonl"
+    assert run_module("sarl.score", f"output={out}", cwd=tmp_path).returncode == 0 and out.is_file()
+    assert run_module("sarl.score", "input=missing.jsonl", cwd=tmp_path).returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.jsonl"]
+    assert run_module("sarl.score", cwd=tmp_path).returncode == 0
+    assert len(list((tmp_path / "runs" / "score").glob("*/*/scores.jsonl"))) == 1
 
 
 def test_each_reward_call_gets_whole_groups():
