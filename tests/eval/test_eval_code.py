@@ -132,3 +132,56 @@ def test_a_sample_without_a_response_is_incorrect():
     assert code_sample(None) == {"answer": None, "correct": False, "code_outcome": "no_response"}
     assert code_sample({"outcome": "no_code_block"})["answer"] is None
     assert code_sample({"outcome": "passed"}) == {"answer": "passed", "correct": True, "code_outcome": "passed"}
+
+
+HOSTILE_OUTPUT = [  # sample index % 4 -> a program whose failure text is hostile to store (issue: a lone surrogate
+    # in an exception made SampleCache.put raise, so the sample was never cached and every rerun died there)
+    "def remove_Occ(s, ch):\n    raise ValueError('\\ud800')\n",
+    "import sys\ndef remove_Occ(s, ch):\n    sys.stdout.write('\\x00' * 10 + 'x' * 3_000_000)\n    return s\n",
+    "def remove_Occ(s, ch):\n    raise ValueError('\\udfff' + 'y' * 2_000_000)\n",
+    MBPP["11"](0),  # right
+]
+
+
+def test_an_evaluation_finishes_whatever_the_programs_print_or_raise(tmp_path):
+    """Programs that raise a lone surrogate, print NUL bytes and megabytes: each is a failed program (scored like
+    any other), the evaluation finishes, and a rerun reads every sample from the cache with the same outcomes."""
+    rows = {"mbpp": prepared(tmp_path, "mbpp")}
+    by_prompt = {r["prompt"][-1]["content"]: r["extra_info"]["id"] for r in rows["mbpp"]}
+    index = {sample_seed(0, "mbpp", pid, i): i for pid in MBPP for i in range(16)}
+
+    def respond(server, body):
+        pid = by_prompt[body["messages"][-1]["content"]]
+        code = HOSTILE_OUTPUT[index[body["seed"]] % 4] if pid == "11" else MBPP[pid](index[body["seed"]])
+        final = fenced(code) if code is not None else "I could not solve it."
+        return 200, chat_reply(f"<think>\nok\n</think>\n\n{final}\n", "stop", {"completion_tokens": 50})
+
+    server = FakeChatServer(respond)
+    args = [
+        "ckpt=tiny",
+        "protocol=grp",
+        "only=[mbpp]",
+        "generator=openai",
+        f"generator.url={server.url}",
+        "generator.concurrency=4",
+        f"paths.root={tmp_path}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "structure.enabled=false",
+        "logger=none",
+        "code.max_workers=2",
+    ]
+    try:
+        assert eval_run.main([*args, f"run_dir={tmp_path / 'run'}"]) == 0
+        first = len(server.requests)
+        assert eval_run.main([*args, f"run_dir={tmp_path / 'again'}"]) == 0  # every sample from the cache
+        assert len(server.requests) == first
+    finally:
+        server.close()
+    outcomes = [
+        json.loads((tmp_path / d / "results.json").read_text())["math"]["benchmarks"]["mbpp"]["code_outcomes"]
+        for d in ("run", "again")
+    ]
+    assert outcomes[0] == outcomes[1]
+    # 11: the two raising programs fail (8), the megabytes hit the output limit (4), the right one passes (4); 17 and
+    # 900 as in the test above: every hostile text a verdict for its program, none masked as the harness's
+    assert outcomes[0] == {"passed": 33, "failed": 9, "output_limit": 4, "no_code_block": 1, "syntax_error": 1}
