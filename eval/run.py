@@ -80,6 +80,11 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     plan = resolve_plan(cfg)
     check_runnable(plan, cfg.paths.data_dir)
     cfg = usable_generator(cfg, explicit_generator)  # after the checks: a mistake stays the one line said
+    if str(cfg.generator.get("url", "auto")) == "auto":  # loaded here (not a server's name): a run directory, a verl
+        model, how = resolve_checkpoint(str(cfg.ckpt))  # checkpoint or a folder without weights, said in one line
+        if how:
+            log.info("%s", how)
+            cfg.ckpt = str(model)
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
     trained_by = training_run(ckpt)
@@ -234,11 +239,6 @@ def _run_command(argv: list[str]) -> int:
     explicit = generator_chosen(argv)
     if cfg.get("select"):  # every checkpoint of a run on the held-out set, then the one the rule picks
         return select_and_evaluate(cfg, lambda c, selection: run(c, explicit, selection))
-    if not OmegaConf.is_missing(cfg, "ckpt"):  # (none: run() says so) a run directory, a verl checkpoint: its model
-        model, how = resolve_checkpoint(str(cfg.ckpt))
-        if how:
-            log.info("%s", how)
-            cfg.ckpt = str(model)
     return run(cfg, explicit)
 
 
