@@ -194,8 +194,20 @@ def merge_verl_actor(actor: Path, target: Path) -> Path:
     if problem:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"the merged model does not hold the trained weights: {problem}")
+    readable_as_umask(tmp)
     _replace_dir(tmp, target)
     return target
+
+
+def readable_as_umask(directory: Path) -> None:
+    """Give the files of a saved model the permissions the user's umask gives new files: transformers 5.9 writes
+    `model.safetensors` through a private temporary file (mode 0600), so on a cluster's shared project folder the
+    rest of the group could not read a model the config files beside it let them see."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in Path(directory).iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 checked against them (a tampered, missing or extra tensor is named), and the papers' checkpoint-selection rules."""
 
 import json
+import os
 
 import pytest
 from testkit import run_module, tiny_qwen3
@@ -63,6 +64,9 @@ def test_a_merged_model_holds_exactly_the_trained_tensors(tmp_path, tokenizer):
         assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, trained[name].to(torch.bfloat16))
     assert export_problem(actor, target) is None
     assert not (tmp_path / ".merged.merging").exists()  # written beside and renamed into place
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (target / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # not transformers' 0600
     # a changed tensor, a lost one and a foreign one are each named
     name = "model.layers.0.mlp.up_proj.weight"
     for change, said in (

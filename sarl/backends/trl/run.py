@@ -39,7 +39,7 @@ from sarl.contract.reward import RewardsFailedError, build_reward
 from sarl.reports.curves import CURVES_FILE, plot_curves
 from sarl.reports.figures import METRICS_FILE
 from sarl.reports.heldout import HeldOut, log_heldout, table
-from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint
+from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint, readable_as_umask
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
 from sarl.runtime.runs import wandb_init
@@ -455,6 +455,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         if not main:
             return 0
         tokenizer.save_pretrained(str(final))
+        readable_as_umask(final)  # as the user's other files: the group can read the model (0600 otherwise)
         problem = weights_problem(final, state, numel)  # no run ends without its weights
         if problem:
             log.error("the run saved no usable model: %s", problem)
