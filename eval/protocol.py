@@ -27,6 +27,7 @@ from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import SamplingConfig
 from eval.metrics import check_metric
 from eval.prompts import PREPARED, BenchmarkPrompt, ask, benchmark_prompt, format_prompts
+from sarl.runtime.checkpoints import is_run_or_checkpoint
 from sarl.runtime.errors import UserError, check_writable_dir
 from sarl.runtime.files import CONF_DIR
 from sarl.runtime.hub import check_model_source
@@ -196,7 +197,10 @@ def check_eval_config(cfg: DictConfig, here: bool = True) -> None:
     if OmegaConf.is_missing(cfg, "ckpt"):
         raise UserError("no checkpoint: python -m eval.run ckpt=/path/to/checkpoint")
     if here and str(cfg.generator.get("url", "auto")) == "auto":  # else an OpenAI-compatible server has the model
-        check_model_source("ckpt", str(cfg.ckpt))  # a directory, or a Hub id in the cache or on a reachable Hub
+        if not is_run_or_checkpoint(str(cfg.ckpt)):  # those are resolved to their model by eval.run, after the checks
+            check_model_source(
+                "ckpt", str(cfg.ckpt)
+            )  # a model directory, or a Hub id in the cache or on a reachable Hub
     s = cfg.sampling
     for key, value, ok, what in (
         ("sampling.n", s.n, lambda v: v >= 1, "an integer >= 1"),

@@ -301,11 +301,23 @@ def pipeline_final(run_dir: Path) -> Path | None:
     return Path(run_dir) / str(last) / FINAL_SUBDIR
 
 
+def is_run_or_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a directory `resolve_checkpoint` turns into a model: a training run (meta.json, final/), a
+    pipeline (pipeline.json) or a verl checkpoint (`global_step_N`, its `actor/` or `actor/huggingface/`)."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return False
+    if any((p / name).exists() for name in ("meta.json", "pipeline.json", FINAL_SUBDIR)):
+        return True
+    return any(VERL_STEP.match(folder.name) for folder in (p, p.parent, p.parent.parent))
+
+
 def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
     """(the Hugging Face directory to load, a line saying how it was found or None when `path` is one already).
     Accepts a Hugging Face directory, a run directory (its `final/`), a pipeline's run directory (its last stage's
     `final/`), or a verl checkpoint (`checkpoints/global_step_N`, its `actor/` or `actor/huggingface/`), merged on
-    first use. A path that is none of these is returned as it is (a Hub id), for the loader to judge."""
+    first use. A path that is not a directory is returned as it is (a Hub id), for the loader to judge; a directory
+    that is none of these is a UserError."""
     p = Path(path).expanduser()
     if not p.is_dir() or is_hf_model(p):
         return p, None
@@ -329,7 +341,10 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
         return hf_model_of(verl), f"{p} is a verl checkpoint (FSDP shards): {merged} {verl.path / 'huggingface'}"
     if (p / HF_CONFIG).is_file():
         raise UserError(f"{p} has a config.json but no model weights (model.safetensors or pytorch_model.bin)")
-    return p, None
+    raise UserError(
+        f"ckpt={p} has no config.json: not a Hugging Face checkpoint directory, a training run directory (meta.json) "
+        "or a verl checkpoint (checkpoints/global_step_N)"
+    )
 
 
 EXPORT_RECORD = "export.json"  # in the run directory: where final/ came from

@@ -131,6 +131,9 @@ def test_what_eval_run_accepts_as_ckpt(tmp_path, tokenizer):
     (tmp_path / "cfg" / "config.json").write_text("{}")
     with pytest.raises(UserError, match="has a config.json but no model weights"):
         resolve_checkpoint(tmp_path / "cfg")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="has no config.json: not a Hugging Face checkpoint directory, a training run"):
+        resolve_checkpoint(tmp_path / "empty")
     pipe = tmp_path / "pipe"
     pipe.mkdir()
     (pipe / "pipeline.json").write_text(json.dumps({"stages": {"SARL": "a", "TTRL": "b"}}))
@@ -141,6 +144,19 @@ def test_what_eval_run_accepts_as_ckpt(tmp_path, tokenizer):
     (run / "final").rename(pipe / "rl" / "final")
     assert resolve_checkpoint(pipe)[0] == pipe / "rl" / "final"
     assert resolve_checkpoint("Qwen/Qwen3-4B") == (__import__("pathlib").Path("Qwen/Qwen3-4B"), None)  # the Hub's
+
+
+def test_eval_runs_settings_check_lets_a_run_directory_through_to_its_resolution(tmp_path, tokenizer):
+    """eval.run checks its settings before it resolves the checkpoint; a run directory or a verl checkpoint has no
+    config.json of its own and must pass that check (the clean-clone run of cb0c466 failed every chain on it)."""
+    from eval.config import compose_eval_config
+    from eval.protocol import check_eval_config
+
+    run = verl_run(tmp_path / "run", tokenizer, steps=(2,))
+    for ckpt in (run, run / "checkpoints" / "global_step_2"):
+        check_eval_config(compose_eval_config([f"ckpt={ckpt}", "protocol=smoke", f"cache_dir={tmp_path / 'c'}"]))
+    with pytest.raises(UserError, match="is not a directory"):  # a local path that does not exist: still refused
+        check_eval_config(compose_eval_config([f"ckpt={tmp_path / 'nope'}", f"cache_dir={tmp_path / 'c'}"]))
 
 
 def test_eval_run_says_what_is_wrong_with_a_checkpoint_in_one_line(tmp_path):
