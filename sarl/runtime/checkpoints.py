@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sarl.runtime.errors import UserError
-from sarl.runtime.weights import weight_files, weights_problem
+from sarl.runtime.weights import saved_tensors, weight_files, weights_problem
 
 log = logging.getLogger("sarl.checkpoints")
 
@@ -139,24 +139,26 @@ def export_problem(actor: Path, target: Path) -> str | None:
     one line saying what differs."""
     import torch
 
-    problem = weights_problem(target)
-    if problem:
-        return problem
+    target = Path(target)
+    files = weight_files(target)
+    if not files or any(not p.is_file() for p in files):
+        return weights_problem(target)  # no weights, or an index naming missing files: said without reading any
     shards, _ = _shard_state(Path(actor))
     trained = set(shards[0])
     saved: set[str] = set()
-    for path in weight_files(Path(target)):
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
+    try:  # one read of the saved tensors: each is loaded once, to compare (a file that does not load is said)
+        for path in files:
+            for name, tensor in saved_tensors(path):
                 saved.add(name)
                 if name not in trained:
                     return f"{target}: {name} is saved but is not a tensor of the trained model in {actor}"
-                tensor = f.get_tensor(name)
                 want = _trained_tensor(shards, name).to(dtype=tensor.dtype)
                 if tensor.shape != want.shape or not torch.equal(tensor, want):
                     return f"{target}: {name} differs from the trained tensor in {actor}"
+    except Exception as err:  # a truncated or corrupt file, whatever the loader raises
+        return f"{target}: the weights do not load ({type(err).__name__}: {str(err)[:160]})"
+    if not saved:
+        return f"{target}: the weight files hold no tensors"
     lost = sorted(trained - saved - _tied_names(Path(target)))
     if lost:
         return f"{target}: {len(lost)} of {len(trained)} trained tensors are not saved, e.g. {lost[0]}"

@@ -32,7 +32,7 @@ def weight_files(directory: Path) -> list[Path]:
     return []
 
 
-def _saved_tensors(path: Path):
+def saved_tensors(path: Path):
     """(name, tensor) of one weight file, one at a time for safetensors."""
     if path.suffix == ".safetensors":
         from safetensors import safe_open
@@ -77,7 +77,7 @@ def weights_problem(directory: Path, trained: Mapping[str, Any] | None = None, n
     total = 0
     try:
         for path in files:
-            for name, tensor in _saved_tensors(path):
+            for name, tensor in saved_tensors(path):
                 saved.append(name)
                 total += tensor.numel()
                 if trained is None:
