@@ -10,7 +10,11 @@ benchmark's tests). An optional `files` maps a benchmark to its own data file (a
 eval.data): the smoke protocol's held-out prompts ship in the package, so they need no `sarl.data.prepare`; every
 other benchmark is read from `<paths.data_dir>/<name>/test.parquet`. A group of kind math may name the prompt
 template that asks its benchmarks (`prompt: NAME`, conf/eval/prompt/NAME.yaml; none or null: each benchmark's
-prepared prompt): `eval.prompts`.
+prepared prompt): `eval.prompts`. A paper that asked the models it trained otherwise than the models it started from
+or compared against names one per model kind, `prompt: {trained: NAME, base: NAME}` (Structured Reasoning: its
+trained rows with the tagged template, the untrained models without the tags, docs/decisions.md §3.1). `model_kind`
+(conf/eval.yaml) says which the checkpoint is: `trained`, `base`, or `auto`: trained when a `sarl.train` run wrote it
+(its meta.json at or above the checkpoint, `eval.config.training_run`), else base.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from sarl.runtime.hub import check_model_source
 log = logging.getLogger(__name__)
 
 KINDS = ("math", "wildbench", "code")
+MODEL_KINDS = ("trained", "base")  # a checkpoint a row trained | a model it starts from or is compared with
 SCORING = {"math": "answer graded (eval.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig))
 DATA_CONF = CONF_DIR / "data"
@@ -90,6 +95,8 @@ class Plan:
     protocol: str
     paper: str
     entries: tuple[BenchmarkPlan, ...]
+    model_kind: str = "trained"  # whose prompts the entries carry (MODEL_KINDS)
+    by_kind: tuple[str, ...] = ()  # the benchmarks whose prompt depends on the model kind
 
     @property
     def sweep_key(self) -> str | None:
@@ -104,7 +111,13 @@ class Plan:
         return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.protocol, "paper": self.paper, "benchmarks": [e.describe() for e in self.entries]}
+        return {
+            "name": self.protocol,
+            "paper": self.paper,
+            "model_kind": self.model_kind,
+            "prompt_by_model_kind": list(self.by_kind),
+            "benchmarks": [e.describe() for e in self.entries],
+        }
 
 
 def sampling_config(cfg: DictConfig, overrides: dict[str, Any] | None = None) -> SamplingConfig:
@@ -129,11 +142,38 @@ def _sampling(cfg: DictConfig, where: str, overrides: dict[str, Any]) -> Samplin
         raise UserError(f"{where}: {err}") from err
 
 
-def resolve_plan(cfg: DictConfig) -> Plan:
-    """The plan of `cfg.protocol` (with `cfg.only`, when set, keeping only those benchmarks)."""
+def model_kind(cfg: DictConfig) -> str:
+    """The configured model kind (`model_kind`), `trained` while it is `auto` and no checkpoint is resolved yet."""
+    kind = str(cfg.get("model_kind") or "auto")
+    if kind not in (*MODEL_KINDS, "auto"):
+        raise UserError(f"model_kind={kind!r}: choose one of: auto, {', '.join(MODEL_KINDS)}")
+    return "trained" if kind == "auto" else kind
+
+
+def _group_template(group: DictConfig, kind: str, where: str) -> tuple[Any, bool]:
+    """(the template a benchmark group names for this model kind, whether it names one per kind)."""
+    template = group.get("prompt")
+    if not OmegaConf.is_dict(template):
+        return template, False
+    given = set(template.keys())
+    if given != set(MODEL_KINDS):
+        raise UserError(
+            f"{where}: prompt for {list(group.names)} names {sorted(given)}; a prompt per model kind names exactly "
+            f"{', '.join(MODEL_KINDS)} (a template name or null each)"
+        )
+    return template[kind], True
+
+
+def resolve_plan(cfg: DictConfig, kind: str | None = None) -> Plan:
+    """The plan of `cfg.protocol` (with `cfg.only`, when set, keeping only those benchmarks), its prompts those of
+    model kind `kind` (None: `cfg.model_kind`, `trained` while auto)."""
     p = cfg.protocol
     name = str(p.name)
     where = f"protocol {name} (conf/eval/protocol/{name}.yaml)"
+    model = kind or model_kind(cfg)
+    if model not in MODEL_KINDS:
+        raise UserError(f"model_kind={model!r}: choose one of: auto, {', '.join(MODEL_KINDS)}")
+    by_kind: list[str] = []
     base = OmegaConf.to_container(p.sampling, resolve=True) or {}
     sweep = OmegaConf.to_container(p.sweep, resolve=True) if p.sweep else {}
     if len(sweep) > 1:
@@ -163,11 +203,13 @@ def resolve_plan(cfg: DictConfig) -> Plan:
             if point is not None:
                 overrides[point[0]] = point[1]
             sampling = _sampling(cfg, where, overrides)
-            template = group.get("prompt")
-            if template is not None and kind != "math":
-                raise UserError(f"{where}: prompt={template!r} for {list(group.names)}: only kind math groups name one")
+            template, per_kind = _group_template(group, model, where)
+            if (template is not None or per_kind) and kind != "math":
+                raise UserError(f"{where}: prompt for {list(group.names)}: only kind math groups name one")
             if override is not None and kind == "math":
-                template = None if str(override) == PREPARED else override
+                template, per_kind = (None if str(override) == PREPARED else override), False
+            if per_kind:
+                by_kind += [str(b) for b in group.names or [] if str(b) not in by_kind]
             for bench in group.names or []:
                 label = str(bench) if point is None else f"{bench}/{point[0]}={point[1]}"
                 file = files.get(str(bench))
@@ -187,7 +229,8 @@ def resolve_plan(cfg: DictConfig) -> Plan:
         entries = [e for e in entries if e.name in set(cfg.only)]
     if not entries:
         raise UserError(f"{where} names no benchmarks: set benchmarks.math and/or benchmarks.wildbench")
-    return Plan(name, str(p.paper), tuple(entries))
+    kept = {e.name for e in entries}
+    return Plan(name, str(p.paper), tuple(entries), model, tuple(b for b in by_kind if b in kept))
 
 
 def check_eval_config(cfg: DictConfig, here: bool = True) -> None:
@@ -270,6 +313,13 @@ def format_plan(plan: Plan, data_dir: str | Path) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     kwargs = {repr(e.sampling.chat_template_kwargs) for e in plan.entries}
     lines.append(f"chat_template_kwargs: {', '.join(sorted(kwargs))}")
+    if plan.by_kind:
+        other = next(k for k in MODEL_KINDS if k != plan.model_kind)
+        lines.append(
+            f"model_kind {plan.model_kind}: {', '.join(plan.by_kind)} asked with the prompt for {plan.model_kind} "
+            f"models (model_kind=auto: trained for a checkpoint a sarl.train run wrote, else base; model_kind={other} "
+            "shows the other)"
+        )
     lines += format_prompts([e for e in plan.entries if e.prompt])
     shipped = {e.name: e.file for e in plan.entries if e.file}
     lines += [f"data of {n}: {file}" for n, file in shipped.items()]

@@ -47,6 +47,7 @@ from eval.protocol import (
     check_runnable,
     format_plan,
     load_benchmarks,
+    model_kind,
     resolve_plan,
     sampling_config,
 )
@@ -88,6 +89,15 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
     trained_by = training_run(ckpt)
+    kind = model_kind(cfg) if str(cfg.get("model_kind") or "auto") != "auto" else "trained" if trained_by else "base"
+    plan = resolve_plan(cfg, kind)  # the prompts of this kind of model (a protocol may ask base models otherwise)
+    if plan.by_kind:
+        why = (
+            "model_kind"
+            if str(cfg.get("model_kind") or "auto") != "auto"
+            else ("auto: a sarl.train run wrote it" if trained_by else "auto: no sarl.train run wrote it")
+        )
+        log.info("a %s model (%s): %s asked as the protocol asks %s models", kind, why, ", ".join(plan.by_kind), kind)
     if trained_by and not cfg.name:
         log.info("run name %s: the row of the training run %s (name=NAME for another)", name, trained_by["run_dir"])
     run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
@@ -136,6 +146,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
                 "name": name,
                 "ckpt": ckpt,
                 "trained_by": trained_by,  # the sarl.train run that wrote ckpt: row, run_dir, date (None: elsewhere)
+                "model_kind": kind,  # trained | base: whose prompts asked it (protocol.model_kind)
                 "run_dir": str(run_dir),
                 "cache": caches[0] if len(caches) == 1 else caches,
                 "started": started,
@@ -193,6 +204,11 @@ USAGE = Usage(
         ("select", "best | last | paper: every checkpoint of the run on the protocol's held-out set, then the pick"),
         ("name", "the results' name (default: the training row, which the table notebooks look for); name=base"),
         ("base_results", "the base model's results: the Δ% columns"),
+        (
+            "model_kind",
+            "auto | trained | base: a protocol may ask the models a paper trained otherwise than the untrained ones "
+            "(auto: trained when a sarl.train run wrote ckpt)",
+        ),
         ("only", "a list of the protocol's benchmarks to run, e.g. only=[aime25]"),
         ("limit", "the first N problems of every benchmark (quick checks)"),
         ("dry_run", "true: print the resolved plan and exit"),

@@ -26,6 +26,7 @@ from sarl.backends.trl.preflight import run_trl_cheap_checks
 from sarl.backends.trl.run import unsupported
 from sarl.backends.verl import cpu
 from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
+from sarl.backends.verl.steps import step_plan
 from sarl.contract.reward import reward_class
 from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
@@ -239,10 +240,15 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment, env_vars=wandb_vars)
     validate_verl_config(verl_cfg)
     cmd = launch_command(run_dir, cfg.backend.entry_module)
+    plan = step_plan(cfg)
+    length = (
+        f"# training length: {plan.describe()}\n" if plan else "# training length: unknown until the data is prepared\n"
+    )
     if cfg.train.dry_run:
         sys.stdout.write(OmegaConf.to_yaml(verl_cfg))
-        sys.stderr.write(dry_run_command(cmd, [run_dir / f"{VERL_CONFIG_NAME}.yaml"]))
+        sys.stderr.write(length + dry_run_command(cmd, [run_dir / f"{VERL_CONFIG_NAME}.yaml"]))
         return 0
+    log.info("%s", length.removeprefix("# ").rstrip())
     try:
         importlib.import_module(cfg.backend.entry_module)  # the entry point the run launches
     except ImportError as err:

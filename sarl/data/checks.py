@@ -10,7 +10,9 @@ from sarl.runtime.checks import Check
 
 
 def check_data(cfg: DictConfig) -> Check:
-    """The training and validation files exist; the training set has `data.expected_count` rows."""
+    """The training and validation files exist; the training set has `data.expected_count` rows, times
+    `data.repeat` where the set is written several times over (sarl.data.prepare): a set prepared before its
+    config changed is named, not trained on."""
     import pyarrow.parquet as pq
 
     problems, counts = [], []
@@ -26,8 +28,10 @@ def check_data(cfg: DictConfig) -> Check:
             continue
         counts.append(f"{key.split('_')[0]} {n} rows")
         expected = cfg.data.get("expected_count")
-        if key == "train_files" and expected and n != int(expected):
-            problems.append(f"{path} has {n} rows, conf/data/{cfg.data.name}.yaml expects {expected}")
+        repeat = int(cfg.data.get("repeat") or 1)
+        if key == "train_files" and expected and n != int(expected) * repeat:
+            times = f" x repeat {repeat}" if repeat > 1 else ""
+            problems.append(f"{path} has {n} rows, conf/data/{cfg.data.name}.yaml expects {expected}{times}")
         if n == 0:
             problems.append(f"{path} has no rows")
     if problems:

@@ -15,7 +15,9 @@ overridden directly: `source.local_file=...`, `fields.question=...`, `filters.mi
     manifest.json        source (revision or file hash), config, counts after every step, outputs
 
 Nothing is written unless every check passes (unusable rows, the expected row count); each file is
-written atomically, the manifest last.
+written atomically, the manifest last. `repeat: K` (a training set's data config) writes the training split K
+times over, after the count check (EVOL-RL's AIME24 set: its 30 problems 16 times, as the authors' released
+training file; docs/decisions.md §2.4); each copy's `extra_info.copy` is its number, 0 to K-1.
 """
 
 from __future__ import annotations
@@ -92,6 +94,16 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     empty = [s for s, recs in built.splits.items() if not recs]
     if empty:
         raise DataValidationError(f"dataset '{name}': no rows left in split(s) {empty}")
+    repeat = 1 if spec.get("repeat") is None else spec["repeat"]
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise DataValidationError(
+            f"dataset '{name}': repeat={repeat!r} must be an integer >= 1 (conf/data/{name}.yaml)"
+        )
+    if repeat > 1:
+        built.splits[main_split] = repeated(built.splits[main_split], repeat)
+        log.info(
+            "%s: %s split written %d times (repeat): %d rows", name, main_split, repeat, len(built.splits[main_split])
+        )
 
     data_dir = Path(spec["paths"]["data_dir"]).resolve()
     out_dir = data_dir / name
@@ -126,7 +138,13 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     return manifest
 
 
+def repeated(records: list[dict[str, Any]], times: int) -> list[dict[str, Any]]:
+    """The records `times` times over, whole copies in order; copy k's `extra_info.copy` is k."""
+    return [{**r, "extra_info": {**r["extra_info"], "copy": k}} for k in range(times) for r in records]
+
+
 PREP_KEYS = (
+    "repeat",
     "split",
     "source",
     "fields",

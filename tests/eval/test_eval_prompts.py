@@ -228,8 +228,9 @@ def test_a_multiple_choice_template_is_graded_on_its_answer_letter(tmp_path):
         return 200, chat_reply(f"<think>\nWork.\n</think>\n\n{text}", "stop", {"completion_tokens": 9})
 
     server = FakeChatServer(respond)
-    args = ["ckpt=tiny", "protocol=structured", "only=[lsat_ar]", "protocol.sweep.max_tokens=[256]",
-            "generator=openai", f"generator.url={server.url}", f"paths.root={tmp_path}", f"paths.data_dir={data}",
+    args = ["ckpt=tiny", "model_kind=trained", "protocol=structured", "only=[lsat_ar]",
+            "protocol.sweep.max_tokens=[256]", "generator=openai", f"generator.url={server.url}",
+            f"paths.root={tmp_path}", f"paths.data_dir={data}",
             f"run_dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}", "structure.enabled=false",
             "logger=none"]  # fmt: skip
     try:
@@ -241,6 +242,61 @@ def test_a_multiple_choice_template_is_graded_on_its_answer_letter(tmp_path):
     metrics = results["math"]["benchmarks"]["lsat_ar/max_tokens=256"]["metrics"]
     assert metrics["pass@1_per_seed"] == [50.0, 50.0, 50.0]
     assert results["protocol"]["benchmarks"][0]["prompt"]["answer"] == "answer_line"
+    assert all(c.startswith("Please use the following tags") for c in seen)  # App. A.8's tagged template
+
+
+TAG_SENTENCE = "Please use the following tags at the beginning of each sentence in your reasoning: {tags}.\n"
+
+
+def test_the_untagged_template_is_the_tagged_one_without_its_tag_sentence():
+    """conf/eval/prompt/structured_plain.yaml, how Structured Reasoning's untrained models are asked, is App. A.8's
+    template with the tag instruction removed and nothing else changed (decisions §3.1 "Untrained models")."""
+    tagged, plain = load_templates("structured"), load_templates("structured_plain")
+    assert set(tagged) == set(plain) == {"math", "choice"}
+    for part in tagged:
+        t, p = tagged[part], plain[part]
+        assert t.user == TAG_SENTENCE + p.user and not p.tags and "tag" not in p.user
+        assert (t.system, t.answer, t.option, t.separator) == (p.system, p.answer, p.option, p.separator)
+
+
+def test_a_model_no_training_run_wrote_is_asked_as_the_paper_asked_its_untrained_models(tmp_path):
+    """protocol=structured on MATH500: a Hub id (model_kind auto -> base) is asked without the tags, a checkpoint
+    a sarl.train run wrote (its meta.json above it) with them, and model_kind=base|trained overrides the guess;
+    results.json says which. The served model's name is the checkpoint (generator=openai)."""
+    data = tmp_path / "data"
+    prepare(data, "math500")
+    run = tmp_path / "runs" / "lcs_paper" / "2026-01-01_00-00-00"
+    (run / "final").mkdir(parents=True)
+    (run / "meta.json").write_text(json.dumps({"experiment": "lcs_paper"}))
+    seen: list[str] = []
+
+    def respond(server, body):
+        seen.append(body["messages"][-1]["content"])
+        return 200, chat_reply("<think>\nWork.\n</think>\n\n\\boxed{5}", "stop", {"completion_tokens": 9})
+
+    server = FakeChatServer(respond)
+    common = ["protocol=structured", "only=[math500]", "protocol.sweep.max_tokens=[256]", "generator=openai",
+              f"generator.url={server.url}", f"paths.root={tmp_path}", f"paths.data_dir={data}",
+              f"cache_dir={tmp_path / 'cache'}", "structure.enabled=false", "logger=none"]  # fmt: skip
+    kinds = {}
+    try:
+        for label, extra in [("hub", ["ckpt=deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]),
+                             ("run", [f"ckpt={run / 'final'}"]),
+                             ("run_as_base", [f"ckpt={run / 'final'}", "model_kind=base"]),
+                             ("hub_as_trained", ["ckpt=deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+                                                 "model_kind=trained"])]:  # fmt: skip
+            seen.clear()
+            assert eval_run.main([*common, *extra, f"run_dir={tmp_path / label}"]) == 0, label
+            results = json.loads((tmp_path / label / "results.json").read_text())
+            assert results["run"]["model_kind"] == results["protocol"]["model_kind"]
+            assert results["protocol"]["prompt_by_model_kind"] == ["math500"]
+            kinds[label] = (results["run"]["model_kind"], {c.startswith("Please use the following tags") for c in seen})
+    finally:
+        server.close()
+    assert kinds == {"hub": ("base", {False}), "run": ("trained", {True}), "run_as_base": ("base", {False}),
+                     "hub_as_trained": ("trained", {True})}  # fmt: skip
+    plain = load_templates("structured_plain")["math"].render("What is $2+3$?")[-1]["content"]
+    assert plain == "What is $2+3$?\nPlease reason step by step, and put your final answer within \\boxed{ }."
 
 
 def test_the_dry_run_prints_each_benchmarks_prompt(tmp_path):
@@ -322,7 +378,7 @@ def test_every_paper_row_is_evaluated_with_its_training_prompt():
         )
         setting, trained = training_templates(row)
         for protocol in protocols:
-            plan = resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}"]))
+            plan = resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}"]), "trained")
             for e in plan.entries:
                 if e.kind != setting or (row, e.name) in checked:
                     continue
@@ -346,3 +402,46 @@ def test_rows_map_to_their_papers_protocols():
     assert protocols_of_table("GRP Table 2") == ["grp"]
     assert protocols_of_table("SARL Table 2") == ["sarl"]
     assert protocols_of_table("Nobody's Table 1") == []
+
+
+BASE_PROMPTS = re.compile(r"<!-- base-prompts: begin -->\n(.*?)<!-- base-prompts: end -->", re.DOTALL)
+
+
+def base_prompt_decisions() -> set[tuple[str, str]]:
+    """decisions §3.1's list of (protocol, benchmark) asked otherwise for untrained models, each with a reason."""
+    block = BASE_PROMPTS.search(DECISIONS.read_text(encoding="utf-8"))
+    assert block, "docs/decisions.md §3.1 has no <!-- base-prompts: begin/end --> list"
+    out = set()
+    for item in re.split(r"\n(?=- )", block.group(1).strip()):
+        found = ENTRY.match(" ".join(item.split()))
+        assert found, f"decisions §3.1 base prompt entry not `- `protocol`, ... on `bench`, ...: reason`: {item[:80]}"
+        out |= {(p, b) for p in re.findall(r"`(\w+)`", found.group(1)) for b in re.findall(r"`(\w+)`", found.group(2))}
+    return out
+
+
+def test_untrained_models_are_asked_as_each_paper_asked_them():
+    """The base-model case of the test above. Per protocol, the benchmarks asked otherwise for an untrained model
+    (model_kind=base) are exactly those decisions §3.1 lists, and the plan names them; for every paper row, the
+    model it starts from is asked by its paper's protocols with the row's own prompt, except there, where the
+    prompt is the row's without the tags (Structured Reasoning Table 17, "Without Guidance")."""
+    listed, differs = base_prompt_decisions(), set()
+    for protocol in sorted(p.stem for p in (ROOT / "conf" / "eval" / "protocol").glob("*.yaml")):
+        cfg = compose_eval_config(["ckpt=x", f"protocol={protocol}"])
+        trained, base = resolve_plan(cfg, "trained"), resolve_plan(cfg, "base")
+        assert (trained.model_kind, base.model_kind) == ("trained", "base") and trained.by_kind == base.by_kind
+        for t, b in zip(trained.entries, base.entries, strict=True):
+            t_form, b_form = (e.prompt.form if e.prompt else None for e in (t, b))
+            if (t_form.form() if t_form else None) != (b_form.form() if b_form else None):
+                differs.add((protocol, t.name))
+                assert t_form.tags and not b_form.tags and t_form.user == TAG_SENTENCE + b_form.user, (protocol, t)
+        assert {b for p, b in differs if p == protocol} == set(base.by_kind), protocol
+    assert differs == listed, (
+        f"asked otherwise for base models: {sorted(differs)}; decisions §3.1 lists {sorted(listed)}"
+    )
+    for row in sorted(p.stem for p in (ROOT / "conf" / "exp").glob("*_paper.yaml")):
+        from sarl.runtime.rows import _entries
+
+        tables = {r.table for r in _entries(ROOT / "conf" / "exp" / f"{row}.yaml")[0]}
+        if any(t.startswith("Structured Reasoning") for t in tables):
+            plan = resolve_plan(compose_eval_config(["ckpt=x", "protocol=structured"]), "base")
+            assert all(not e.prompt.form.tags for e in plan.entries), row  # DS-Distill: no tags (Table 17)

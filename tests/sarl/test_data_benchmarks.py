@@ -102,6 +102,31 @@ def test_evol_rl_test_sets_as_training_sets(tmp_path, name, fixture_first_id):
     )
     cfg = compose_prepare_config([f"dataset={name}", f"paths.root={tmp_path}"])
     assert cfg.train_files == str(tmp_path / "data" / name / "train.parquet") and cfg.max_response_length == 12288
+    # AIME24 is written 16 times over, as EVOL-RL's released training file (decisions §2.4), copy k numbered k
+    rows = trl_rows(tmp_path, name, "train")
+    repeat = 16 if name == "aime24_train" else 1
+    assert cfg.get("repeat", 1) == repeat and len(rows) == 3 * repeat
+    assert [r["extra_info"]["id"] for r in rows] == [r["extra_info"]["id"] for r in rows[:3]] * repeat
+    assert [r["extra_info"].get("copy", 0) for r in rows] == [k for k in range(repeat) for _ in range(3)]
+    assert rows[3 * repeat - 1]["prompt"] == rows[2]["prompt"]
+
+
+def test_a_set_prepared_before_its_repeat_is_named_not_trained_on(tmp_path):
+    """The run's data check counts expected_count x repeat: AIME24 prepared once over (an older config) fails it."""
+    from omegaconf import OmegaConf
+
+    from sarl.data.checks import check_data
+
+    build(tmp_path, "aime24_train", "expected_count=3")
+    train = tmp_path / "data" / "aime24_train" / "train.parquet"
+    data = {"name": "aime24_train", "train_files": str(train), "val_files": str(train), "expected_count": 3}
+    assert check_data(OmegaConf.create({"data": {**data, "repeat": 16}})).ok
+    build(tmp_path, "aime24_train", "expected_count=3", "repeat=1")
+    check = check_data(OmegaConf.create({"data": {**data, "repeat": 16}}))
+    assert not check.ok and "has 3 rows, conf/data/aime24_train.yaml expects 3 x repeat 16" in check.detail
+    assert "python -m sarl.data.prepare dataset=aime24_train" in check.fix
+    with pytest.raises(DataValidationError, match="repeat=0 must be an integer >= 1"):
+        build(tmp_path, "aime24_train", "expected_count=3", "repeat=0")
 
 
 # ---------------------------------------------------------------------------------------------------------

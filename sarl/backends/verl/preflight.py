@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sarl.backends.verl import memory as verl_memory
+from sarl.backends.verl.steps import step_plan
 from sarl.runtime import memory, stack
 from sarl.runtime.checks import Check
 from sarl.runtime.models import find_model_config
@@ -247,15 +248,8 @@ def check_run_dir(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, allow_do
 def _checkpoints_kept(cfg: DictConfig, verl_cfg: DictConfig) -> int:
     """How many checkpoints the run keeps: its saves (steps / save_freq), capped by max_actor_ckpt_to_keep."""
     t = verl_cfg.trainer
-    steps = int(t.total_training_steps) if t.get("total_training_steps") else None
-    if steps is None:
-        try:
-            import pyarrow.parquet as pq
-
-            rows = pq.read_metadata(str(cfg.data.train_files)).num_rows
-            steps = -(-rows // int(cfg.train.train_batch_size)) * int(t.total_epochs)
-        except Exception:  # no data yet: one checkpoint at least
-            steps = int(t.save_freq)
+    plan = step_plan(cfg)
+    steps = plan.steps if plan is not None else int(t.save_freq)  # no data yet: one checkpoint at least
     saves = max(1, steps // max(1, int(t.save_freq)))
     keep = t.get("max_actor_ckpt_to_keep")
     return min(saves, int(keep)) if keep else saves
