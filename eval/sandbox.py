@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 
 from eval.sandbox_process import JUDGE_UID, Finished, ProgramRun
 
-JUDGE_VERSION = "bwrap-judge-1"  # in the eval cache's key: verdicts of another judge are never reused
+JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
 OUTCOMES = ("passed", "failed", "syntax_error", "timeout", "memory", "output_limit", "crashed", "sandbox_error")
 SCORE_MODES = ("all_pass", "pass_fraction")
 PYTHON_TAGS = ("", "python", "py", "python3")
@@ -431,17 +431,24 @@ def _signal_of(status: int | None) -> int | None:
 
 def _classify(finished: Finished) -> RunResult:
     """The outcome: the wall timeout and the output cap first; then the judge's verdict (a missing one is the
-    harness's failure: `sandbox_error`); a run whose tests did not all pass is refined by how the runner ended
-    (SIGXCPU: timeout, SIGXFSZ: output_limit, another fatal signal: crashed), by printing past the output
-    limit and by a MemoryError it raised."""
-    why, output, verdict, judge_err, runner_status = finished
+    harness's failure, `sandbox_error`, unless the judge hit its CPU limit running the tests on the program's
+    answers: `timeout`, as in one process; a runner that never started, bubblewrap failing, is `sandbox_error` too);
+    a run whose tests did not all pass is refined by how the runner ended (SIGXCPU: timeout, SIGXFSZ:
+    output_limit, another fatal signal: crashed), by printing past the output limit and by a MemoryError it
+    raised."""
+    why, output, verdict, judge_err, runner_status, judge_status = finished
     if why:
         return RunResult(why, output=output, detail=why)
+    if verdict is None and judge_status == -signal.SIGXCPU:  # the tests' work on the program's answers: its time
+        return RunResult("timeout", output=output, detail="the tests ran past the CPU time limit (the judge's SIGXCPU)")
     if verdict is None:
         tail = judge_err[-300:].decode("utf-8", "replace").strip() or "no verdict"
         return RunResult("sandbox_error", output=output, detail=f"the judge failed: {tail}")
     passed, asserts = int(verdict["passed"]), int(verdict["asserts"])
     kind, all_ran, detail = verdict["kind"], bool(verdict["all_ran"]), str(verdict.get("detail", ""))
+    if kind == "harness":  # the runner never said it started: no code of the program ran (bwrap failed)
+        tail = output[-300:].decode("utf-8", "replace").strip()
+        return RunResult("sandbox_error", output=output, detail=f"{detail}: {tail}" if tail else detail)
     if kind == "syntax_error":
         return RunResult("syntax_error", 0, asserts, False, output=output, detail=detail)
     gone = bool(verdict.get("gone"))

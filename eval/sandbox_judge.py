@@ -50,6 +50,24 @@ class NotPlainData(BaseException):
     """A program's object (a handle) was compared, hashed or tested for truth: only plain data can be judged."""
 
 
+class CannotSend(BaseException):
+    """A test passed the program a value the wire does not carry: the test fails (a judge's error is never the
+    program's behaviour, so no `pytest.raises(TypeError)` can take it for the program's TypeError)."""
+
+
+def _text(value, limit=240):
+    """`str(value)`, bounded; the type's name when even that raises (an int past the digit limit, a program's
+    exception whose __str__ was made to fail): the judge's reading of program-shaped data never raises."""
+    try:
+        text = str(value)
+    except BaseException:
+        try:
+            return "<%s>" % type(value).__name__
+        except BaseException:
+            return "<unprintable>"
+    return text[:limit]
+
+
 def _refuse(self, *args):
     raise NotPlainData("%r is the program's object, not plain data: it cannot be compared or tested" % (self,))
 
@@ -101,14 +119,19 @@ def _send_value(value):
 
     try:
         return wire_encode(value, other)
-    except WireError as err:
-        raise TypeError(str(err)) from None
+    except (WireError, RecursionError) as err:
+        raise CannotSend(_text(err)) from None
+
+
+def _str_field(info, key):
+    value = info.get(key)
+    return value if type(value) is str else None
 
 
 def _exception_class(info):
     ref = info.get("ref")
     if ref is None:
-        name = info.get("cls")
+        name = _str_field(info, "cls")
         if name in _SAFE_EXCEPTIONS:
             return _SAFE_EXCEPTIONS[name]
         if name in _EXITS:
@@ -117,27 +140,50 @@ def _exception_class(info):
     if type(ref) is not int:
         return ProgramError
     if ref not in _CLASSES:
-        base = _SAFE_EXCEPTIONS.get(info.get("base"), Exception)
-        name = info.get("name") if type(info.get("name")) is str and info["name"].isidentifier() else "ProgramException"
+        base = _SAFE_EXCEPTIONS.get(_str_field(info, "base"), Exception)
+        name = _str_field(info, "name")
+        name = name if name is not None and name.isidentifier() else "ProgramException"
         _CLASSES[ref] = type(name, (base,), {"__module__": "program"})
     return _CLASSES[ref]
 
 
-def _raise(info, op):
+def _program_exception(info, op):
+    """The exception the program raised, made here from its report (only its fields of the right types are read)."""
     if type(info) is not dict:
-        raise ProgramError("the program sent a malformed exception")
-    if op != "next" and info.get("cls") in _ITERATION_ENDS:  # only an iterator's next() may end an iteration
-        raise ProgramError("the program raised %s outside an iterator's next()" % info["cls"])
+        return ProgramError("the program sent a malformed exception")
+    cls_name = _str_field(info, "cls")
+    if op != "next" and cls_name in _ITERATION_ENDS:  # only an iterator's next() may end an iteration
+        return ProgramError("the program raised %s outside an iterator's next()" % cls_name)
     cls = _exception_class(info)
     if cls is _SAFE_EXCEPTIONS.get("MemoryError"):
         _STATE["memory"] = True
-    text = info.get("text") if type(info.get("text")) is str else ""
+    text = (_str_field(info, "text") or "")[:500]
     try:
         args = wire_decode(info.get("args")) if info.get("args") is not None else [text]
-        exc = cls(*args) if type(args) is list else cls(text)
+        return cls(*args) if type(args) is list else cls(text)
     except Exception:
-        exc = ProgramError("%s: %s" % (info.get("name"), text[:500]))
-    raise exc
+        return ProgramError("%s: %s" % (_text(info.get("name"), 200), text))
+
+
+def _outcome(reply, op):
+    """(True, the value) or (False, the exception to raise) from the program's reply to `op`."""
+    if type(reply) is not dict:
+        return False, ProgramError("the program sent a malformed reply")
+    if reply.get("output_limit"):
+        _STATE["gone"] = _STATE["output_limit"] = True  # no further request: the run is over
+        return False, ProgramError("the program printed more than the output limit")
+    if op != "script":  # what the program printed, for capsys (a script's output is its value)
+        for stream, key in ((_sys.stdout, "out"), (_sys.stderr, "err")):
+            if type(reply.get(key)) is str and reply[key] and stream not in (_REAL_STDOUT, _REAL_STDERR):
+                stream.write(reply[key])
+    if "raise" in reply:
+        return False, _program_exception(reply["raise"], op)
+    if "ok" not in reply:
+        return False, ProgramError("the program sent a malformed reply")
+    try:
+        return True, wire_decode(reply["ok"], _remote)
+    except WireError as err:
+        return False, ProgramError("the program returned what is not plain data: %s" % _text(err))
 
 
 def _ask(request):
@@ -151,25 +197,18 @@ def _ask(request):
         _STATE["gone"] = True
         raise ProgramError("the program's process has ended") from None
     except WireError as err:
-        _STATE["gone"], _STATE["problem"] = True, str(err)[:300]  # the stream cannot be resynchronised
-        raise ProgramError(str(err)) from None
-    if type(reply) is not dict:
-        raise ProgramError("the program sent a malformed reply")
-    if reply.get("output_limit"):
-        _STATE["gone"] = _STATE["output_limit"] = True  # no further request: the run is over
-        raise ProgramError("the program printed more than the output limit")
-    if request["op"] != "script":  # what the program printed, for capsys (a script's output is its value)
-        for stream, key in ((_sys.stdout, "out"), (_sys.stderr, "err")):
-            if type(reply.get(key)) is str and reply[key] and stream not in (_REAL_STDOUT, _REAL_STDERR):
-                stream.write(reply[key])
-    if "raise" in reply:
-        _raise(reply["raise"], request["op"])
-    if "ok" not in reply:
-        raise ProgramError("the program sent a malformed reply")
-    try:
-        return wire_decode(reply["ok"], _remote)
-    except WireError as err:
-        raise ProgramError("the program returned what is not plain data: %s" % err) from None
+        _STATE["gone"], _STATE["problem"] = True, _text(err, 300)  # the stream cannot be resynchronised
+        raise ProgramError(_text(err, 300)) from None
+    try:  # program-shaped data: whatever the judge cannot handle in it is the program's failure, never the judge's
+        ok, outcome = _outcome(reply, request["op"])
+    except MemoryError:
+        _STATE["memory"] = True
+        raise ProgramError("the program's reply exhausted the judge's memory") from None
+    except Exception as err:
+        raise ProgramError("the judge cannot read the program's reply (%s)" % _text(err)) from None
+    if ok:
+        return outcome
+    raise outcome
 
 
 def run_program(stdin):
@@ -182,7 +221,34 @@ def run_program(stdin):
     return out
 
 
-def _bind(namespace, names, protected):
+def _referenced(*sources):
+    """The names the tests and the prelude use: the only module names the judge binds for the program."""
+    out = set()
+    for source in sources:
+        if source:
+            for node in _walk(compile(source, "<tests>", "exec", _ONLY_AST)):
+                if type(node) is _ast.Name:
+                    out.add(node.id)
+    return out
+
+
+def _walk(node):
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                todo.extend(v for v in value if isinstance(v, _ast.AST))
+            elif isinstance(value, _ast.AST):
+                todo.append(value)
+
+
+def _bind(namespace, names, protected, wanted):
+    """The program's top-level names into the tests' namespace. A stdlib module the program imported is bound only
+    under a name the tests or the prelude use (`wanted`), and only if it imports here: the modules the judge
+    imports are chosen by the tests, never by the program's names."""
     for name, desc in names.items():
         if type(name) is not str or not name.isidentifier() or name in protected or hasattr(_builtins, name):
             continue
@@ -192,9 +258,12 @@ def _bind(namespace, names, protected):
             continue
         if "module" in desc:
             module = desc["module"]
-            if type(module) is str and (module == name or module.startswith(name + ".")):
+            if type(module) is str and (module == name or module.startswith(name + ".")) and name in wanted:
                 if name in _sys.stdlib_module_names and name not in _NOISY_MODULES:
-                    namespace[name] = __import__(name)
+                    try:
+                        namespace[name] = __import__(name)
+                    except Exception:  # not on this platform (msvcrt), or it fails to import: the name stays unbound
+                        continue
         elif "value" in desc:
             try:
                 namespace[name] = wire_decode(desc["value"])
@@ -208,7 +277,7 @@ def _bind(namespace, names, protected):
 
 
 def _where(exc, stmt):
-    return ("%s: %s" % (type(exc).__name__, exc))[:240] + " (tests line %d)" % getattr(stmt, "lineno", 0)
+    return ("%s: %s" % (_text(type(exc).__name__, 80), _text(exc)))[:240] + " (tests line %d)" % stmt.lineno
 
 
 def _judge(job):
@@ -220,17 +289,33 @@ def _judge(job):
     if job.get("script"):
         namespace["run_program"] = run_program
     statements = compile(tests, "tests.py", "exec", _ONLY_AST).body
+    wanted = _referenced(prelude, tests)
     asserts = sum(isinstance(s, _ast.Assert) for s in statements)
     verdict = {"kind": "ran", "passed": 0, "asserts": asserts, "all_ran": True, "detail": ""}
+    try:  # the runner says it started before any of the program's code runs: none of this is the program's doing
+        started = wire_receive(_REPLIES, 1 << 10)
+    except (EOFError, OSError, WireError) as err:
+        started = _text(err)
+    if started != {"started": True}:
+        return {**verdict, "kind": "harness", "all_ran": False, "detail": "the sandbox did not start (%s)" % started}
+    try:
+        return _judge_program(namespace, protected, wanted, statements, verdict)
+    except MemoryError:
+        raise
+    except Exception as err:  # the judge could not handle what the program reported: the program's failure
+        return {**verdict, "all_ran": False, "detail": "the judge cannot read the program's report (%s)" % _text(err)}
+
+
+def _judge_program(namespace, protected, wanted, statements, verdict):
     try:
         ready = wire_receive(_REPLIES, _STATE["max_bytes"])
     except (EOFError, OSError, WireError) as err:
         _STATE["gone"] = True
-        ready = {"import_error": {"name": "ProgramError", "text": "no report from the program (%s)" % err}}
+        ready = {"import_error": {"name": "ProgramError", "text": "no report from the program (%s)" % _text(err)}}
     if type(ready) is not dict:
         ready = {"import_error": {"name": "ProgramError", "text": "a malformed report"}}
     if "syntax_error" in ready:
-        return {**verdict, "kind": "syntax_error", "all_ran": False, "detail": str(ready["syntax_error"])[:300]}
+        return {**verdict, "kind": "syntax_error", "all_ran": False, "detail": _text(ready["syntax_error"], 300)}
     if "memory" in ready:
         _STATE["memory"] = True
         return {**verdict, "all_ran": False, "detail": "MemoryError while compiling"}
@@ -239,8 +324,8 @@ def _judge(job):
         _STATE["output_limit"] = ready.get("output_limit") is True
         if info.get("cls") == "MemoryError":
             _STATE["memory"] = True
-        return {**verdict, "all_ran": False, "detail": "the program raised %s" % str(info.get("name"))[:200]}
-    _bind(namespace, ready.get("names") if type(ready.get("names")) is dict else {}, protected)
+        return {**verdict, "all_ran": False, "detail": "the program raised %s" % _text(info.get("name"), 200)}
+    _bind(namespace, ready.get("names") if type(ready.get("names")) is dict else {}, protected, wanted)
     for stmt in statements:
         try:
             exec(compile(_ast.Module([stmt], []), "tests.py", "exec"), namespace)
@@ -261,8 +346,8 @@ def _judge(job):
 
 def _main():
     limits = wire_loads(_sys.argv[1])
-    for name, value in limits["rlimits"].items():
-        _resource.setrlimit(getattr(_resource, name), (value, value))
+    for name, value in limits["rlimits"].items():  # CPU: SIGXCPU at the limit (its soft one), SIGKILL a second on
+        _resource.setrlimit(getattr(_resource, name), (value, value + 1 if name == "RLIMIT_CPU" else value))
     _STATE["max_bytes"] = int(limits["max_value_bytes"])
     job = wire_receive(0, 1 << 30)  # from the parent: trusted
     try:

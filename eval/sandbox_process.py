@@ -31,14 +31,15 @@ SETPRIV = shutil.which("setpriv") or ("/usr/bin/setpriv" if os.path.exists("/usr
 
 class Finished(NamedTuple):
     """How a run ended: `why` ("" when the judge finished, else "timeout" or "output_limit"), the first bytes of
-    the runner's own output, the judge's verdict (None: it gave none), the judge's stderr head, and the runner's
-    exit status when it had ended by itself (None otherwise)."""
+    the runner's own output, the judge's verdict (None: it gave none), the judge's stderr head, the runner's
+    exit status when it had ended by itself (None otherwise) and the judge's (negative: the signal that ended it)."""
 
     why: str
     output: bytes
     verdict: dict | None
     judge_err: bytes
     runner_status: int | None
+    judge_status: int | None = None
 
 
 def tasks_of(uid: int) -> int:
@@ -132,7 +133,8 @@ class ProgramRun:
         finally:
             self._stop(finished=not why)
             os.close(self.verdict_fd)
-        return Finished(why, output, verdict, judge_err, runner_status)
+        judge_status = self.judge.returncode if self.judge is not None else None
+        return Finished(why, output, verdict, judge_err, runner_status, judge_status)
 
     def _loop(self) -> tuple[str, bytes, bytes, bytes]:
         box, deadline = self.box, time.monotonic() + self.box.timeout_s

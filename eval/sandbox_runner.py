@@ -196,6 +196,7 @@ def _serve(code, prelude_code):
 def _main():
     limits = wire_loads(_sys.argv[1])
     _limits(limits)
+    wire_send(_REPLIES, {"started": True})  # before any of the program's code: the judge knows the sandbox is up
     _Capture.left = int(limits["max_output_bytes"])
     job = wire_receive(0, 1 << 28)
     null = open("/dev/null", "rb")

@@ -9,8 +9,9 @@ A frame is a 4-byte big-endian length and that many bytes of ASCII JSON, written
 
 Values are plain data only: None, bool, int, float, str as themselves (an int beyond 2**53 as `{"int": hex}`, so
 no decimal digit limit applies), and `{"list": [...]}`, `{"tuple": [...]}`, `{"set": [...]}`, `{"frozenset": [...]}`,
-`{"dict": [[k, v], ...]}`, `{"bytes": hex}`, `{"complex": [re, im]}`. Each type is checked exactly (`type(x) is
-int`), so a subclass of a builtin is not plain data. A value the sender cannot encode as plain data goes as
+`{"dict": [[k, v], ...]}`, `{"bytes": hex}`, `{"complex": [re, im]}`,
+`{"range": [start, stop, step]}`. Each type is checked exactly (`type(x) is int`), so a subclass of a builtin is
+not plain data. A value the sender cannot encode as plain data goes as
 `{"ref": id}` when the sender allows it (a handle: `other(value)` returns the id) and raises `WireError` otherwise.
 `decode` builds fresh builtin objects only: whatever the other side sent, the receiver holds ints, strings, lists
 ... and handles it made itself (`ref(id)`).
@@ -20,7 +21,7 @@ import _json as _wire_c
 import os as _wire_os
 
 WIRE_MAX_DEPTH = 100
-_WIRE_TAGS = frozenset(("int", "list", "tuple", "set", "frozenset", "dict", "bytes", "complex", "ref"))
+_WIRE_TAGS = frozenset(("int", "list", "tuple", "set", "frozenset", "dict", "bytes", "complex", "range", "ref"))
 _WIRE_SAFE_INT = 1 << 53
 
 
@@ -79,6 +80,8 @@ def wire_encode(value, other=None, depth=0):
         return {"bytes": value.hex()}
     if kind is complex:
         return {"complex": [value.real, value.imag]}
+    if kind is range:
+        return {"range": [wire_encode(value.start), wire_encode(value.stop), wire_encode(value.step)]}
     if other is None:
         raise WireError("a %s is not plain data" % kind.__name__)
     return {"ref": other(value)}
@@ -116,6 +119,13 @@ def wire_decode(data, ref=None, depth=0):
             if type(payload) is not list or len(payload) != 2 or any(type(p) not in (int, float) for p in payload):
                 raise WireError("a complex must be two numbers")
             return complex(payload[0], payload[1])
+        if tag == "range":
+            if type(payload) is not list or len(payload) != 3:
+                raise WireError("a range must be [start, stop, step]")
+            bounds = [wire_decode(p, None, depth + 1) for p in payload]
+            if any(type(b) is not int for b in bounds):
+                raise WireError("a range's bounds must be ints")
+            return range(*bounds)
         if tag == "ref":
             if ref is None or type(payload) is not int:
                 raise WireError("a handle is not allowed here")

@@ -543,3 +543,92 @@ def test_a_bwrap_under_a_directory_others_cannot_search_is_copied_where_they_can
         assert box.run(RIGHT, TESTS).outcome == "passed"
     finally:
         shutil.rmtree(hidden)
+
+
+# ---- choosing to be masked: whatever the program does ends in its own verdict (issue: blame follows the cause) ----
+
+HUGE = "raise ValueError(10 ** 5000)"  # str() of it raises ("Exceeds the limit (4300 digits)")
+MASKERS = {
+    "a huge int in every exception": (
+        "def _wrap(f):\n    def g(*a):\n        try:\n            r = f(*a)\n        except Exception:\n"
+        f"            {HUGE}\n        if r != a[0] + a[1]:\n            {HUGE}\n        return r\n    return g\n"
+    ),
+    "a module object the judge cannot import": "import types\nmsvcrt = types.ModuleType('msvcrt')\n"
+    "winreg = types.ModuleType('winreg')\n_wrap = lambda f: f\n",
+    "a raise frame the judge cannot read": (
+        "import sys\nmain = sys.modules['__main__']\nreal = main.wire_send\n"
+        "def send(fd, message):\n    if 'raise' in message:\n        message['raise'] = {'cls': ['x'], 'ref': None, "
+        "'base': [1], 'name': {'a': 1}, 'args': {'list': [{'int': 'zz'}]}, 'text': ['t']}\n    real(fd, message)\n"
+        "main.wire_send = send\n_wrap = lambda f: f\n"
+    ),
+    "a report the judge cannot read": (
+        "import sys\nmain = sys.modules['__main__']\nreal = main.wire_send\n"
+        "def send(fd, message):\n    if 'names' in message:\n        message['names'] = {'add': {'module': ['x']}, "
+        "'b': {'ref': 'x', 'exception': ['y']}, 'c': {'value': {'dict': [[{'list': []}, 1]]}}}\n"
+        "    real(fd, message)\nmain.wire_send = send\n_wrap = lambda f: f\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(MASKERS))
+def test_a_program_cannot_choose_to_be_masked(sandbox, how):
+    """Each wrapper costs a right program nothing it could keep and turns a wrong one's failure into something the
+    judge cannot handle: a huge int in the exception (its str() raises in the judge), module objects named like
+    modules this platform lacks (the judge imported the program's module names), forged frames the judge cannot
+    read. Every one ends in a verdict for the program (failed, scored 0), never in `sandbox_error` (masked)."""
+    prefix = MASKERS[how]
+    wrong = prefix + "@_wrap\ndef add(a, b):\n    return a - b\n"
+    right = prefix + "@_wrap\ndef add(a, b):\n    return a + b\n"
+    result = run_as_program(sandbox, wrong)
+    assert result.outcome == "failed" and result.score() == 0.0, result
+    if how.startswith(("a huge", "a module")):  # the forged frames also break the right program's own answers
+        assert run_as_program(sandbox, right).outcome == "passed"
+    raising = prefix + f"def add(a, b):\n    {HUGE}\n"  # the exception reaches the test itself
+    assert run_as_program(sandbox, raising).outcome == "failed"
+
+
+def test_a_huge_exception_expected_by_the_tests_still_passes(sandbox):
+    tests = "try:\n    add(1, 2)\n    ok = False\nexcept ValueError:\n    ok = True\nassert ok\n"
+    assert run_as_program(sandbox, f"def add(a, b):\n    {HUGE}\n", tests).outcome == "passed"
+
+
+def test_the_judges_own_errors_never_pass_a_wrong_program(sandbox):
+    """KodCode's `with pytest.raises(TypeError): total(range(3))`: the judge sends the range (and bytes, frozensets,
+    complex numbers) as themselves, so a `total` that sums it returns 3 and fails; a value the judge cannot send
+    fails the test with the judge's own error (a BaseException no `except Exception` can take), never passes it."""
+    tests = (
+        "try:\n    total(range(3))\n    raised = False\nexcept TypeError:\n    raised = True\nassert raised\n"
+        "assert echo(range(2, 9, 3)) == range(2, 9, 3) and echo(b'\\x00\\xff') == b'\\x00\\xff'\n"
+        "assert echo(frozenset({1, 2})) == frozenset({1, 2}) and echo(1 + 2j) == 1 + 2j\n"
+    )
+    echo = "def echo(x):\n    return x\n"
+    summed = run_as_program(sandbox, echo + "def total(xs):\n    return sum(xs)\n", tests)
+    assert (summed.outcome, summed.passed) == ("failed", 2), summed  # the range went; only the echoes pass
+    refuses = echo + "def total(xs):\n    if isinstance(xs, range):\n        raise TypeError('no ranges')\n"
+    assert run_as_program(sandbox, refuses + "    return sum(xs)\n", tests).outcome == "passed"
+    unsendable = "try:\n    total(object())\n    raised = False\nexcept Exception:\n    raised = True\nassert raised\n"
+    result = run_as_program(sandbox, "def total(xs):\n    return 0\n", unsendable)
+    assert result.outcome == "failed" and "cannot be sent" in result.detail, result
+
+
+def test_a_sandbox_that_cannot_start_is_the_harness_not_the_program(sandbox, monkeypatch):
+    """bubblewrap failing at run time ("Creating new namespace failed") is the harness's failure, masked, never a
+    0 for the program; a program that prints the same words and exits is the program's failure."""
+    broken = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16)
+    argv = broken._bwrap_argv
+    monkeypatch.setattr(broken, "_bwrap_argv", lambda: [argv()[0], "--no-such-bwrap-option", *argv()[1:]])
+    result = broken.run(RIGHT, TESTS)
+    assert result.outcome == "sandbox_error" and "did not start" in result.detail, result
+    mimic = (
+        "import os\nprint('bwrap: Creating new namespace failed: Operation not permitted', flush=True)\nos._exit(1)\n"
+    )
+    assert run_as_program(sandbox, mimic).outcome == "failed"
+
+
+def test_tests_that_run_out_of_cpu_time_on_the_programs_answer_are_its_timeout():
+    """The judge's CPU limit is the tests' time on the program's answers (in one process it would be the program's):
+    a judge ended by SIGXCPU is a timeout for the program, scored 0, not a masked harness failure."""
+    box = Sandbox(timeout_s=20.0, cpu_s=1, memory_mb=512, disk_mb=16)
+    tests = "x = add(1, 2)\nwhile x == 3:\n    x = x + 0\nassert x == 3\n"
+    result = box.run(RIGHT, tests)
+    assert result.outcome == "timeout" and "SIGXCPU" in result.detail and result.wall_s < 15, result
