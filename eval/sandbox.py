@@ -6,10 +6,12 @@ One program -> two processes, joined by two pipes that carry framed plain data (
 - **The runner** (`sandbox_runner.py`, untrusted): `bwrap ... python -I -S` in fresh user, pid, network, ipc,
   uts and cgroup namespaces, no further user namespaces, all capabilities dropped, as an unprivileged uid of its
   own (`uid_base` + a slot per concurrent program when the caller is root; the caller's uid otherwise, since
-  RLIMIT_NPROC counts per user namespace). Its file system: /usr (and the interpreter's prefix) read-only, a
-  minimal /dev, and a private tmpfs of `disk_mb` as /tmp, its cwd and HOME; no /proc, no /etc, no view of the
-  project, the home directory or the host's /tmp. RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE,
-  RLIMIT_NOFILE, no core files. It gets the program (and the problem's prelude) and never the tests.
+  RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter's prefix)
+  read-only; its only writable mounts are /dev/shm and /tmp (its cwd and HOME), private tmpfs that hold `disk_mb`
+  together; no /proc, no /etc, no view of the project, the home directory or the host's /tmp. RLIMIT_CPU,
+  RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and, where this process can make one, a
+  cgroup of its own bounding the memory and tasks of all its processes together (`eval.sandbox_cgroup`). It gets
+  the program (and the problem's prelude) and never the tests.
 - **The judge** (`sandbox_judge.py`, trusted): `python -I -S` as an unprivileged uid (65534 for a root caller),
   in a private directory, with memory and CPU limits. It runs the tests; every value they compare comes from the
   runner as plain data, and every comparison runs in the judge (see that file). Its verdict reaches this process
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from eval.sandbox_cgroup import Cgroups
 from eval.sandbox_process import JUDGE_UID, Finished, ProgramRun
 
 JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
@@ -234,7 +237,8 @@ class Sandbox:
     per program (killed beyond); `max_value_bytes`: one reply of the program (a larger one fails the call);
     `judge_memory_mb`: the judge's RLIMIT_AS; `uid_base`: first uid of the range a root caller runs programs as;
     `python`: the interpreter both sides run (None: this one when the sandbox's uids can run it, else python3 on
-    PATH); `bwrap`: the bubblewrap binary (None: `find_bwrap()`).
+    PATH); `bwrap`: the bubblewrap binary (None: `find_bwrap()`); `use_cgroups`: bound each program's processes
+    together in a cgroup where this process can make one (eval.sandbox_cgroup; `isolation` says which holds).
     """
 
     def __init__(
@@ -251,6 +255,7 @@ class Sandbox:
         uid_base: int = 1_500_000_000,
         python: str | None = None,
         bwrap: str | None = None,
+        use_cgroups: bool = True,
     ) -> None:
         for key, value in (
             ("timeout_s", timeout_s),
@@ -262,6 +267,8 @@ class Sandbox:
         ):
             if not value > 0:
                 raise ValueError(f"sandbox {key}={value!r} must be positive")
+        if int(disk_mb) < 2:
+            raise ValueError(f"sandbox disk_mb={disk_mb!r} must be at least 2 (/tmp and /dev/shm share it)")
         if not 0 < int(uid_base) < 2**32 - 2 - 1024 * SLOTS_PER_PROCESS:
             raise ValueError(f"sandbox uid_base={uid_base!r} is out of the uid range")
         self.timeout_s = float(timeout_s)
@@ -275,6 +282,10 @@ class Sandbox:
         found = find_bwrap(bwrap)
         self.bwrap = shareable_bwrap(found) if found and self.as_root and os.path.isfile(found) else found
         self._mounts = self._filesystem()
+        self.use_cgroups = bool(use_cgroups)
+        self._cgroups: Cgroups | None = None
+        self._cgroups_pid: int | None = None
+        self.cgroup_note = ""
 
     # ---- set-up -------------------------------------------------------------------------------------------
 
@@ -312,10 +323,9 @@ class Sandbox:
             *self._mounts,
             "--dev",
             "/dev",
-            "--size",
-            str(self.disk_mb << 20),
-            "--tmpfs",
-            "/tmp",
+            *("--size", str(self.shm_bytes), "--tmpfs", "/dev/shm"),  # every writable mount sized, disk_mb in all
+            *("--size", str((self.disk_mb << 20) - self.shm_bytes), "--tmpfs", "/tmp"),
+            *("--remount-ro", "/dev", "--remount-ro", "/"),  # the rest of its file system read-only
             "--chdir",
             "/tmp",
             "--clearenv",
@@ -325,12 +335,36 @@ class Sandbox:
         ]
 
     @property
+    def shm_bytes(self) -> int:
+        """/dev/shm's share of `disk_mb` (a quarter, at least 1 MB): the rest is /tmp."""
+        return max(1, self.disk_mb // 4) << 20
+
+    def cgroups(self) -> Cgroups | None:
+        """This process's cgroups for its programs (eval.sandbox_cgroup), found once per process; None: none here."""
+        if self._cgroups_pid != os.getpid():
+            self._cgroups, self.cgroup_note = Cgroups.find() if self.use_cgroups else (None, "use_cgroups=False")
+            self._cgroups_pid = os.getpid()
+        return self._cgroups
+
+    @property
     def isolation(self) -> str:
         """What bounds a program here, in words (printed by the benchmark and logged by the reward)."""
         who = f"uid {self.uid_base}+slot" if self.as_root else f"uid {os.getuid()} (the caller's)"
+        groups = self.cgroups()
+        if groups is not None:
+            bound = (
+                f"cgroup v{groups.version} per program: {self.memory_mb + self.disk_mb} MB of memory "
+                f"(files included) and {self.max_processes + 3} tasks for all its processes together"
+            )
+        else:
+            bound = (
+                f"no cgroup ({self.cgroup_note}): memory bounded per process, {self.memory_mb} MB x "
+                f"{self.max_processes + 2} processes"
+            )
         return (
-            f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; /usr read-only; tmpfs {self.disk_mb} MB); "
-            f"{who}; rlimits, wall timeout, output cap; verdict in a separate judge process"
+            f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; / /dev /usr read-only; tmpfs "
+            f"{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a separate "
+            "judge process"
         )
 
     def check_ready(self) -> str | None:
@@ -436,7 +470,9 @@ def _classify(finished: Finished) -> RunResult:
     a run whose tests did not all pass is refined by how the runner ended (SIGXCPU: timeout, SIGXFSZ:
     output_limit, another fatal signal: crashed), by printing past the output limit and by a MemoryError it
     raised."""
-    why, output, verdict, judge_err, runner_status, judge_status = finished
+    why, output, verdict, judge_err, runner_status, judge_status, oom_killed = finished
+    if oom_killed:  # its processes together went past memory_mb + disk_mb: the kernel killed one
+        return RunResult("memory", output=output, detail="the program's processes together exceeded their memory")
     if why:
         return RunResult(why, output=output, detail=why)
     if verdict is None and judge_status == -signal.SIGXCPU:  # the tests' work on the program's answers: its time

@@ -40,6 +40,7 @@ class Finished(NamedTuple):
     judge_err: bytes
     runner_status: int | None
     judge_status: int | None = None
+    oom_killed: bool = False  # the kernel killed a process of the program's cgroup for memory
 
 
 def tasks_of(uid: int) -> int:
@@ -68,6 +69,9 @@ class ProgramRun:
         ver_r, ver_w = os.pipe()  # judge -> this process: the verdict
         self.verdict_fd = ver_r
         self.runner = self.judge = None
+        groups = box.cgroups()
+        self.cgroup = groups.slot(slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3) if groups else None
+        self.oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         try:
             runner_fds = json.dumps([req_r, rep_w])
             self.runner = self._popen(
@@ -77,6 +81,7 @@ class ProgramRun:
                 self.runner_uid,
                 cwd="/",
                 stderr=subprocess.STDOUT,
+                join=self.cgroup.join_argv if self.cgroup else None,
             )
             judge_fds = json.dumps([req_w, rep_r, ver_w])
             self.judge = self._popen(
@@ -101,17 +106,19 @@ class ProgramRun:
         }
 
     @staticmethod
-    def _popen(argv, limits, fds, uid, cwd, stderr, env=None) -> subprocess.Popen:
+    def _popen(argv, limits, fds, uid, cwd, stderr, env=None, join=None) -> subprocess.Popen:
         """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so
         the parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process
-        that holds torch, measured), the fallback where setpriv is missing."""
+        that holds torch, measured), the fallback where setpriv is missing. `join`: wraps the whole command so
+        that it starts inside the program's cgroup (as root, before the uid is dropped)."""
         user: dict = {}
         if uid is not None and SETPRIV:
             argv = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
         elif uid is not None:
             user = {"user": uid, "group": uid, "extra_groups": []}
+        argv = [*argv, limits]
         return subprocess.Popen(
-            [*argv, limits],
+            join(argv) if join else argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE if stderr is subprocess.STDOUT else subprocess.DEVNULL,
             stderr=stderr,
@@ -134,7 +141,10 @@ class ProgramRun:
             self._stop(finished=not why)
             os.close(self.verdict_fd)
         judge_status = self.judge.returncode if self.judge is not None else None
-        return Finished(why, output, verdict, judge_err, runner_status, judge_status)
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > self.oom_before
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        return Finished(why, output, verdict, judge_err, runner_status, judge_status, oom)
 
     def _loop(self) -> tuple[str, bytes, bytes, bytes]:
         box, deadline = self.box, time.monotonic() + self.box.timeout_s

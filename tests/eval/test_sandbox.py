@@ -632,3 +632,48 @@ def test_tests_that_run_out_of_cpu_time_on_the_programs_answer_are_its_timeout()
     tests = "x = add(1, 2)\nwhile x == 3:\n    x = x + 0\nassert x == 3\n"
     result = box.run(RIGHT, tests)
     assert result.outcome == "timeout" and "SIGXCPU" in result.detail and result.wall_s < 15, result
+
+
+# ---- a program is bounded as a whole ------------------------------------------------------------------------------
+
+FORK_EIGHT = (
+    "import os, time\npids = []\nfor i in range(8):\n    pid = os.fork()\n    if pid == 0:\n        try:\n"
+    "            blob = bytearray(200 << 20)\n            for j in range(0, len(blob), 4096):\n"
+    "                blob[j] = 1\n            time.sleep(3)\n        finally:\n            os._exit(0)\n"
+    "    pids.append(pid)\nfor p in pids:\n    os.waitpid(p, 0)\n" + RIGHT
+)
+
+
+def test_memory_and_processes_are_bounded_for_all_of_a_programs_processes():
+    """Eight forked children of a 256 MB program each touch 200 MB: within a cgroup (made where the process is root
+    and the machine has the memory and pids controllers, as CI) their sum is bounded, the kernel kills one and the
+    run is `memory`; the run's group is gone after it. Elsewhere the start-up line says the per-process bound holds."""
+    box = Sandbox(timeout_s=10.0, memory_mb=256, disk_mb=16)
+    groups = box.cgroups()
+    if groups is None:
+        assert "no cgroup (" in box.isolation and "memory bounded per process" in box.isolation
+        pytest.skip(f"no cgroup here: {box.cgroup_note}")
+    assert f"cgroup v{groups.version} per program" in box.isolation
+    result = box.run(FORK_EIGHT, TESTS)
+    assert result.outcome == "memory" and result.score() == 0.0, result
+    assert run_as_program(box, RIGHT).outcome == "passed"
+    runs = groups.made.values()  # each run's group is removed after it
+    assert runs and not any(procs.parent.exists() for run in runs for procs in run.procs)
+
+
+WRITES = (
+    "import os\nwritten = {}\nfor path in ('/', '/dev', '/dev/shm', '/tmp', '/usr', os.getcwd(), os.path.expanduser"
+    "('~')):\n    total = 0\n    try:\n        with open(os.path.join(path, 'fill'), 'wb') as f:\n"
+    "            for _ in range(64):\n                f.write(b'x' * (1 << 20))\n                f.flush()\n"
+    "                total += 1\n    except OSError:\n        pass\n    written[path] = total\n"
+    "def add(a, b):\n    return written\n"
+)
+
+
+def test_every_writable_path_is_sized_and_counted_in_disk_mb(sandbox):
+    """Writes to every path the program can name: / and /dev are read-only, /dev/shm and /tmp (its cwd and HOME)
+    are the only writable mounts, and together they hold at most disk_mb (16 MB here)."""
+    tests = "w = add(1, 2)\nprint(w)\nassert w['/'] == w['/dev'] == w['/usr'] == 0\nassert w['/dev/shm'] >= 1\n"
+    tests += "assert w['/tmp'] >= 1 and w['/dev/shm'] + w['/tmp'] <= 16\n"
+    result = sandbox.run(WRITES, tests)
+    assert result.outcome == "passed", result
