@@ -21,6 +21,7 @@ import itertools
 import os
 import shlex
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,13 +59,22 @@ class Slot:
         writes = " && ".join(f"echo $$ > {shlex.quote(str(p))}" for p in self.procs)
         return ["/bin/sh", "-c", f'{writes} || exit 97; exec "$@"', "sh", *argv]
 
-    def remove(self) -> None:
-        """Remove the run's groups (empty once its processes are gone; one still busy is left for `Cgroups.remove`)."""
+    def remove(self, grace_s: float = 0.5) -> None:
+        """Remove the run's groups: empty once its processes are gone, which a process the kernel has just killed
+        may take a moment more to be (so a few tries within `grace_s`); one still busy then is left for
+        `Cgroups.remove` at exit."""
+        deadline = time.monotonic() + grace_s
         for procs in self.procs:
-            try:
-                procs.parent.rmdir()
-            except OSError:
-                pass
+            while True:
+                try:
+                    procs.parent.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
 
     def oom_kills(self) -> int:
         try:

@@ -1,8 +1,14 @@
 """The trusted side of a code run (`eval.sandbox`): runs the tests and computes the verdict.
 
-Run as `python -I -S -c <sandbox_wire.py + this file>` in a process of its own that the program never ran in;
-never imported by the project. It reads the tests (and the problem's prelude) as one frame on descriptor 0, runs
-the prelude itself, and binds each top-level name the program reported (the reply pipe) into the tests' namespace:
+Run as `python -I -S -c <sandbox_wire.py + this file>` in a process of its own that no program ever runs in; never
+imported by the project. It is long-lived, one per worker of the parent: descriptor 0 is a Unix socket to the
+parent, which sends each program's job as one message carrying the two pipe ends to that program's runner
+(SCM_RIGHTS) followed by one frame (the tests, the prelude, the CPU limit); the verdict goes back on the socket as
+one frame, and the judge waits for the next job. Everything of a job is dropped after it (its namespace, its
+pipes, the program's exception classes, its counters, the tests' stdout and stderr): only modules the tests imported
+stay loaded. The CPU limit is the job's own (its soft RLIMIT_CPU is set to the time used so far plus the limit):
+past it the kernel's SIGXCPU ends this process, and the parent starts another. For each job it runs the prelude
+itself, and binds each top-level name the program reported (the reply pipe) into the tests' namespace:
 a plain value as that value, a stdlib module the program imported under its own name as this process's module,
 a function, class or object as a `Remote` handle. Names the prelude defines and builtins are never the
 program's: the tests see this process's `is_palindrome`, `len` and `all`, whatever the program redefined.
@@ -23,7 +29,9 @@ import sys as _sys
 
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST: compile() parses to `_ast` nodes without importing `ast` (3.7 ms saved)
 
-_REQUESTS, _REPLIES, _VERDICT = _SANDBOX_FDS
+import _socket  # noqa: E402  (the control socket: recv_fds without the `socket` module's imports)
+
+_REQUESTS = _REPLIES = -1  # the current job's pipes to its runner (set per job by _serve)
 _SAFE_EXCEPTIONS = {
     name: cls for name, cls in vars(_builtins).items() if isinstance(cls, type) and issubclass(cls, Exception)
 }
@@ -344,17 +352,21 @@ def _judge_program(namespace, protected, wanted, statements, verdict):
     return verdict
 
 
-def _main():
-    limits = wire_loads(_sys.argv[1])
-    for name, value in limits["rlimits"].items():  # CPU: SIGXCPU at the limit (its soft one), SIGKILL a second on
-        _resource.setrlimit(getattr(_resource, name), (value, value + 1 if name == "RLIMIT_CPU" else value))
-    _STATE["max_bytes"] = int(limits["max_value_bytes"])
-    job = wire_receive(0, 1 << 30)  # from the parent: trusted
+def _one(job):
+    """One job's verdict, from a clean state."""
+    _STATE.update(gone=False, memory=False, output_limit=False, calls=0, problem="")
+    _CLASSES.clear()
+    used = _resource.getrusage(_resource.RUSAGE_SELF)
+    spent = int(used.ru_utime + used.ru_stime) + 1
+    hard = _resource.getrlimit(_resource.RLIMIT_CPU)[1]  # unlimited: each job's soft limit is set from here
+    _resource.setrlimit(_resource.RLIMIT_CPU, (spent + int(job["cpu_s"]), hard))  # SIGXCPU ends this process
     try:
         verdict = _judge(job)
     except MemoryError:
         verdict = {"kind": "ran", "passed": 0, "asserts": 0, "all_ran": False, "detail": "MemoryError in the judge"}
         _STATE["memory"] = True
+    finally:
+        _sys.stdout, _sys.stderr = _REAL_STDOUT, _REAL_STDERR  # whatever a test's capture left
     verdict.update(
         gone=_STATE["gone"],
         memory=_STATE["memory"],
@@ -362,7 +374,44 @@ def _main():
         calls=_STATE["calls"],
         problem=_STATE["problem"],
     )
-    wire_send(_VERDICT, verdict)
+    return verdict
+
+
+def _main():
+    global _REQUESTS, _REPLIES
+    limits = wire_loads(_sys.argv[1])
+    for name, value in limits["rlimits"].items():
+        _resource.setrlimit(getattr(_resource, name), (value, value))
+    _STATE["max_bytes"] = int(limits["max_value_bytes"])
+    control = _socket.socket(fileno=0)
+    while True:
+        try:
+            _, fds, _, _ = _recv_fds(control)
+        except EOFError:  # the parent is done with this judge
+            return
+        _REQUESTS, _REPLIES = fds
+        try:
+            job = wire_receive(0, 1 << 30)  # from the parent: trusted
+            verdict = _one(job)
+        finally:
+            _wire_os.close(_REQUESTS)
+            _wire_os.close(_REPLIES)
+            _REQUESTS = _REPLIES = -1
+        wire_send(0, verdict)
+
+
+def _recv_fds(control):
+    """The next job's message: one byte and the two pipe ends (SCM_RIGHTS); EOFError when the parent closed."""
+    data, ancillary, flags, addr = control.recvmsg(1, _socket.CMSG_SPACE(2 * 4))
+    if not data:
+        raise EOFError
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(payload[i : i + 4], _sys.byteorder) for i in range(0, len(payload) - 3, 4)]
+    if len(fds) != 2:
+        raise RuntimeError("a job without its two pipes")
+    return data, fds, flags, addr
 
 
 _REAL_STDOUT, _REAL_STDERR = _sys.stdout, _sys.stderr

@@ -1,19 +1,25 @@
-"""One program's run (`eval.sandbox`): its two processes, the pipes between them, the loop that feeds, reads and
-times them, and their end. The runner goes through bubblewrap (the argv `Sandbox` builds), the judge runs as a plain
-`python -I -S`; both drop to their uid through util-linux's `setpriv` when the caller is root. `ProgramRun.finish()`
-returns how the run ended; `eval.sandbox` turns that into an outcome.
+"""One program's run (`eval.sandbox`): its runner process, the pipes between it and a judge, the loop that feeds,
+reads and times them, and their end. The runner goes through bubblewrap (the argv `Sandbox` builds), fresh for every
+program; the judge (`Judge`) is a plain `python -I -S`, long-lived, one per worker thread of this process, and gets
+each program's pipe ends over a Unix socket; both drop to their uid through util-linux's `setpriv` when the caller is
+root. `ProgramRun.finish()` returns how the run ended; `eval.sandbox` turns that into an outcome.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
+import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,24 +64,129 @@ def tasks_of(uid: int) -> int:
     return total
 
 
-class ProgramRun:
-    """One program's two processes, their pipes and the loop that feeds, reads and times them."""
+_JUDGES: weakref.WeakSet = weakref.WeakSet()
 
-    def __init__(self, box: Any, program: str, problem: Any, slot: int, judge_dir: str) -> None:
-        self.box = box
+
+class Judge:
+    """A long-lived judge process (sandbox_judge.py) of one worker thread: a private directory as its cwd and HOME
+    (emptied after every job), a Unix socket to this process, its stderr in an unnamed file. Trusted: no program
+    ever runs in it; a judge that died, timed out or gave no verdict is closed and the next job gets a new one."""
+
+    def __init__(self, box: Any) -> None:
+        self.dir = tempfile.mkdtemp(prefix="sarl-judge-")
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.err = tempfile.TemporaryFile()
+        try:
+            if box.as_root:
+                fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    os.fchown(fd, JUDGE_UID, JUDGE_UID)
+                finally:
+                    os.close(fd)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self.proc = ProgramRun._popen(
+                    [box.python, "-I", "-S", "-c", JUDGE_SOURCE],
+                    box._limits(runner=False),
+                    (),
+                    JUDGE_UID if box.as_root else None,
+                    cwd=self.dir,
+                    stderr=self.err,
+                    env={"HOME": self.dir, "TMPDIR": self.dir},
+                    stdin=theirs,
+                )
+            finally:
+                theirs.close()
+            self.sock = ours
+        except BaseException:
+            self.close()
+            raise
+        _JUDGES.add(self)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.sock is not None
+
+    def send(self, req_w: int, rep_r: int, job: dict) -> None:
+        """One job: its two pipe ends (SCM_RIGHTS, with one byte), then its frame."""
+        assert self.sock is not None
+        socket.send_fds(self.sock, [b"J"], [req_w, rep_r])
+        self.sock.sendall(wire_frame(job))
+
+    def err_tail(self) -> bytes:
+        if self.err.closed:
+            return b""
+        self.err.seek(0, os.SEEK_END)
+        size = self.err.tell()
+        self.err.seek(max(0, size - 4096))
+        return self.err.read()
+
+    def tidy(self) -> None:
+        """Empty its directory after a job (the tests' own files; the program never reaches it)."""
+        for entry in os.scandir(self.dir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+
+    def close(self) -> int | None:
+        """Stop it (its exit status: negative, the signal that ended it) and remove its directory."""
+        status = None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            status = self.proc.wait()
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self.err.closed:
+            self.err.close()
+        return status
+
+    def __del__(self) -> None:  # a worker thread's judge when the thread ends
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def close_judges() -> None:
+    for judge in list(_JUDGES):
+        judge.close()
+
+
+class ProgramRun:
+    """One program's runner, its pipes to the judge, and the loop that feeds, reads and times them."""
+
+    def __init__(self, box: Any, program: str, problem: Any, slot: int, judge: Judge) -> None:
+        self.box, self.judge = box, judge
         self.runner_uid = box.uid_base + slot if box.as_root else None
         req_r, req_w = os.pipe()  # judge -> runner: requests
         rep_r, rep_w = os.pipe()  # runner -> judge: replies
-        ver_r, ver_w = os.pipe()  # judge -> this process: the verdict
-        self.verdict_fd = ver_r
-        self.runner = self.judge = None
+        self.runner = None
         groups = box.cgroups()
         self.cgroup = groups.slot(slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3) if groups else None
         self.oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         try:
             runner_fds = json.dumps([req_r, rep_w])
             self.runner = self._popen(
-                [*box._bwrap_argv(), box.python, "-I", "-S", "-c", with_fds(RUNNER_SOURCE, runner_fds)],
+                [
+                    *box._bwrap_argv(),
+                    box.python,
+                    "-I",
+                    "-S",
+                    "-c",
+                    with_fds(RUNNER_BOOT, runner_fds),
+                ],  # fmt: skip
                 box._limits(runner=True),
                 (req_r, rep_w),
                 self.runner_uid,
@@ -83,30 +194,20 @@ class ProgramRun:
                 stderr=subprocess.STDOUT,
                 join=self.cgroup.join_argv if self.cgroup else None,
             )
-            judge_fds = json.dumps([req_w, rep_r, ver_w])
-            self.judge = self._popen(
-                [box.python, "-I", "-S", "-c", with_fds(JUDGE_SOURCE, judge_fds)],
-                box._limits(runner=False),
-                (req_w, rep_r, ver_w),
-                JUDGE_UID if box.as_root else None,
-                cwd=judge_dir,
-                stderr=subprocess.PIPE,
-                env={"HOME": judge_dir, "TMPDIR": judge_dir},
-            )
+            job = {"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin, "cpu_s": box.cpu_s + 1}
+            judge.send(req_w, rep_r, job)
         except BaseException:
             self._stop()
-            os.close(ver_r)
             raise
         finally:
-            for fd in (req_r, req_w, rep_r, rep_w, ver_w):
+            for fd in (req_r, req_w, rep_r, rep_w):
                 os.close(fd)
         self.inputs = {
             self.runner.stdin: wire_frame({"program": program, "prelude": problem.prelude, "script": problem.stdin}),
-            self.judge.stdin: wire_frame({"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin}),
         }
 
     @staticmethod
-    def _popen(argv, limits, fds, uid, cwd, stderr, env=None, join=None) -> subprocess.Popen:
+    def _popen(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> subprocess.Popen:
         """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so
         the parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process
         that holds torch, measured), the fallback where setpriv is missing. `join`: wraps the whole command so
@@ -119,7 +220,7 @@ class ProgramRun:
         argv = [*argv, limits]
         return subprocess.Popen(
             join(argv) if join else argv,
-            stdin=subprocess.PIPE,
+            stdin=stdin,
             stdout=subprocess.PIPE if stderr is subprocess.STDOUT else subprocess.DEVNULL,
             stderr=stderr,
             cwd=cwd,
@@ -130,38 +231,40 @@ class ProgramRun:
         )
 
     def finish(self) -> Finished:
-        """Feed, read and time both sides until the judge's verdict, the timeout or the output cap; then stop
-        both and say how the run ended."""
-        why = "harness"
+        """Feed, read and time the runner and the judge until the judge's verdict, the timeout or the output cap;
+        then stop the runner and say how the run ended. A judge that gave no verdict is stopped too (its exit
+        status is kept: SIGXCPU is the tests' CPU time); the caller replaces a judge that is not `alive`."""
+        why, output, verdict_bytes = "harness", b"", b""
+        verdict, judge_err, judge_status = None, b"", None
         try:
-            why, output, verdict_bytes, judge_err = self._loop()
-            verdict = parse_verdict(verdict_bytes)
-            runner_status = self._runner_status(verdict)
+            why, output, verdict_bytes = self._loop()
+            verdict = parse_verdict(verdict_bytes) if not why else None
         finally:
-            self._stop(finished=not why)
-            os.close(self.verdict_fd)
-        judge_status = self.judge.returncode if self.judge is not None else None
+            if verdict is None:  # no verdict (timeout, output cap, a judge that died): this judge is done
+                judge_err = self.judge.err_tail()
+                judge_status = self.judge.close()
+            self._stop(finished=verdict is not None)
+        runner_status = self._runner_status(verdict)
         oom = self.cgroup is not None and self.cgroup.oom_kills() > self.oom_before
         if self.cgroup is not None:
             self.cgroup.remove()
         return Finished(why, output, verdict, judge_err, runner_status, judge_status, oom)
 
-    def _loop(self) -> tuple[str, bytes, bytes, bytes]:
+    def _loop(self) -> tuple[str, bytes, bytes]:
         box, deadline = self.box, time.monotonic() + self.box.timeout_s
-        head, seen, verdict, judge_err = bytearray(), 0, bytearray(), bytearray()
+        head, seen, verdict = bytearray(), 0, bytearray()
         with selectors.DefaultSelector() as sel:
             for pipe, data in self.inputs.items():
                 os.set_blocking(pipe.fileno(), False)
                 sel.register(pipe, selectors.EVENT_WRITE, memoryview(data))
             sel.register(self.runner.stdout, selectors.EVENT_READ, "out")
-            sel.register(self.judge.stderr, selectors.EVENT_READ, "judge_err")
-            sel.register(self.verdict_fd, selectors.EVENT_READ, "verdict")
-            while any(k.data == "verdict" for k in sel.get_map().values()):
+            sel.register(self.judge.sock, selectors.EVENT_READ, "verdict")
+            while not _whole_frame(verdict):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return "timeout", bytes(head), bytes(verdict), bytes(judge_err)
+                    return "timeout", bytes(head), bytes(verdict)
                 for key, _ in sel.select(left):
-                    if isinstance(key.data, memoryview):  # feeding a side its input
+                    if isinstance(key.data, memoryview):  # feeding the runner its input
                         try:
                             written = os.write(key.fd, key.data[: 1 << 16])
                         except BlockingIOError:
@@ -178,16 +281,18 @@ class ProgramRun:
                     chunk = os.read(key.fd, 1 << 16)
                     if not chunk:
                         sel.unregister(key.fileobj)
+                        if key.data == "verdict":  # the judge is gone without a whole verdict
+                            return "", bytes(head), bytes(verdict)
                     elif key.data == "out":
                         seen += len(chunk)
                         head += chunk[: max(0, 4096 - len(head))]
                         if seen > box.max_output_bytes:
-                            return "output_limit", bytes(head), bytes(verdict), bytes(judge_err)
-                    elif key.data == "verdict":
-                        verdict += chunk[: max(0, (1 << 16) - len(verdict))]
+                            return "output_limit", bytes(head), bytes(verdict)
                     else:
-                        judge_err += chunk[: max(0, 4096 - len(judge_err))]
-        return "", bytes(head), bytes(verdict), bytes(judge_err)
+                        verdict += chunk
+                        if len(verdict) > (1 << 16) + 4:  # a verdict is small: this is no judge of ours
+                            return "", bytes(head), b""
+        return "", bytes(head), bytes(verdict)
 
     def _runner_status(self, verdict: dict | None) -> int | None:
         """The runner's exit status when the judge found it gone (it exits only then or when the judge closes
@@ -200,20 +305,19 @@ class ProgramRun:
         return self.runner.poll() if self.runner is not None else None
 
     def _stop(self, finished: bool = False) -> None:
-        """Kill both sides. After a finished judge the runner, whose wire is closed, exits by itself in a few
-        ms; its exit (bwrap's, after the pid namespace is torn down) means no process of it is left. A runner
-        that had to be killed is waited for by its uid (root) until none of its processes is left."""
+        """Kill the runner. After a finished judge the runner, whose wire is closed, exits by itself in a few
+        ms; its exit (bwrap's, after the pid namespace is torn down) means no process of it is left. A runner that
+        had to be killed is waited for by its uid (root) until none of its processes is left."""
         killed = False
-        for proc in (self.judge, self.runner):
-            if proc is None:
-                continue
-            if finished and proc is self.runner:
+        proc = self.runner
+        if proc is not None:
+            if finished:
                 try:
                     proc.wait(timeout=0.2)
                 except subprocess.TimeoutExpired:
                     pass
             if proc.poll() is None:
-                killed |= proc is self.runner
+                killed = True
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session): group id = its pid
                 except (ProcessLookupError, PermissionError):
@@ -224,6 +328,41 @@ class ProgramRun:
                     pipe.close()
         if killed and self.runner_uid is not None:
             wait_uid_gone(self.runner_uid)
+
+
+def _whole_frame(data: bytearray) -> bool:
+    return len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big")
+
+
+RUNNER_CODE = "/sandbox-runner"  # where the runner's compiled code is, read-only, inside the sandbox
+RUNNER_BOOT = f"import marshal\nexec(marshal.loads(open({RUNNER_CODE!r}, 'rb').read()))\n"
+_RUNNER_CODE: dict[str, str] = {}
+_RUNNER_LOCK = threading.Lock()
+
+
+def runner_code(python: str) -> str:
+    """A file holding RUNNER_SOURCE compiled by `python` itself (marshal's format is the interpreter's), made once
+    per interpreter in a root-owned directory others can read but not write, removed at exit."""
+    with _RUNNER_LOCK:
+        if python not in _RUNNER_CODE:
+            compiled = subprocess.run(
+                [python, "-I", "-S", "-c", COMPILE],
+                input=RUNNER_SOURCE.encode(),
+                capture_output=True,
+                check=True,
+            ).stdout
+            folder = tempfile.mkdtemp(prefix="sarl-runner-")
+            os.chmod(folder, 0o755)
+            path = os.path.join(folder, "runner.marshal")
+            with open(path, "wb") as f:
+                f.write(compiled)
+            os.chmod(path, 0o444)
+            atexit.register(shutil.rmtree, folder, True)
+            _RUNNER_CODE[python] = path
+        return _RUNNER_CODE[python]
+
+
+COMPILE = "import marshal, sys\nsys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), 'runner', 'exec')))"
 
 
 def with_fds(source: str, fds: str) -> str:

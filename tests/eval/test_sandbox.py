@@ -677,3 +677,20 @@ def test_every_writable_path_is_sized_and_counted_in_disk_mb(sandbox):
     tests += "assert w['/tmp'] >= 1 and w['/dev/shm'] + w['/tmp'] <= 16\n"
     result = sandbox.run(WRITES, tests)
     assert result.outcome == "passed", result
+
+
+def test_one_judge_per_worker_serves_program_after_program_and_keeps_nothing_of_one_for_the_next():
+    """The judge is long-lived (one per worker thread) and trusted: it serves the next program with a clean state
+    (no file of a test's, no exception class of a program's), while each program gets a fresh runner; a judge that
+    ran out of time is replaced."""
+    box = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16)
+    writes = "open('left.txt', 'w').write('x')\nassert add(1, 2) == 3\n"
+    raises = "class Boom(Exception):\n    pass\ndef add(a, b):\n    raise Boom('no')\n"
+    assert run_as_program(box, RIGHT, writes).outcome == "passed"
+    first = box._judge().proc.pid
+    assert run_as_program(box, raises, TESTS).outcome == "failed"
+    clean = "import os\nassert not os.path.exists('left.txt')\nassert add(1, 2) == 3\n"
+    assert run_as_program(box, RIGHT, clean).outcome == "passed"
+    assert box._judge().proc.pid == first  # the same judge all along
+    assert run_as_program(box, "def add(a, b):\n    while True:\n        pass\n").outcome == "timeout"
+    assert box._judge().proc.pid != first and run_as_program(box, RIGHT).outcome == "passed"

@@ -173,15 +173,15 @@ def test_quick_code_exec_suite():
     console = Console(record=True, width=400)
     out = run(bench_config(["suite=code_exec", "quick=true"]), console)["code_exec"]
     text = console.export_text()
-    columns = ("programs/s", "vs plain sequential", "per CPU-second", "vs plain per core", "worst wall s")
+    columns = ("programs/s", "vs the floor, same concurrency", "per CPU-second", "worst wall s")
     for col in (*columns, "load average"):
         assert col in text
     assert out["programs"] == 8 and out["all_passed"]
-    assert set(out["programs_per_s"]) >= {
-        "sandbox, concurrent",
-        "sandbox, one at a time",
-        "plain subprocess.run, one at a time",
-    }
+    sides = ("sandbox", "plain subprocess.run", "python -I -S (the floor)")
+    assert set(out["programs_per_s"]) == {f"{s}, {how}" for s in sides for how in ("concurrent", "one at a time")}
+    assert out["floor_ratio"] > 0 and f"{out['max_workers']} at a time on every concurrent side" in " ".join(
+        text.split()
+    )
     assert all(row["outcomes"] == [row["expected"]] for row in out["hostile"].values()), out["hostile"]
     # the 1 s limit plus the kill, with room for a loaded machine: unbounded, a hostile program runs 60 s or for ever
     assert all(row["worst_wall_s"] < 1.0 + 10.0 for row in out["hostile"].values()), out["hostile"]
