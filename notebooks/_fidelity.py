@@ -1,6 +1,7 @@
-"""docs/fidelity.md from the paper rows' configs: per `conf/exp/*_paper.yaml` row, each hyper-parameter with its value
-(the row composed by Hydra, as `sarl.train` composes it) and where the paper gives it, and each deviation with the
-paper's value and the reason.
+"""docs/fidelity.md from the paper rows' configs: per paper row (`conf/exp/*_paper.yaml`, and every other conf/exp/ row
+that names a paper table, a non-empty `paper.tables`: SARL's own rows), each hyper-parameter with its value (the row
+composed by Hydra, as `sarl.train` composes it) and where the paper gives it, and each deviation with the paper's
+value and the reason.
 
 Where each setting comes from is said once, in the row's own `paper.fidelity` block, beside the settings it names
 (no value is repeated there: the values are read from the composed config):
@@ -16,12 +17,19 @@ Where each setting comes from is said once, in the row's own `paper.fidelity` bl
 
 A key is a dotted config key, or a config group (`model`, `algorithm`, `reward`, `data`, `embedding`: its chosen
 option), optionally prefixed by a pipeline stage. Rows that extend another row (`defaults: [lcs_paper, ...]`) inherit
-its block through Hydra's merge and add or replace entries; a deviation replaces a setting of the same key, and an
-inherited key of a stage the row does not run is left out. Checked (`problems`, tests/sarl/test_fidelity.py): every
-setting names a location (a section, appendix, table, equation or figure), every deviation has the paper's value and a
-reason, every key of the row's own block resolves in the composed row (an inherited one that does not, e.g. a key of a
-reward the row replaces, is left out), and every key the row file itself sets is listed in its own block, so that a
-row that changes a setting says where its new value comes from.
+its block through Hydra's merge and add or replace entries. Settings several rows share can live in one file of
+conf/fidelity/ (`# @package paper.fidelity`), which a row adds to its defaults (`- /fidelity: sarl_grpo`) and Hydra
+merges into its block like a parent row's: SARL's rows take conf/fidelity/sarl_ppo.yaml (Table 6) or sarl_grpo.yaml
+(Table 7), both on sarl.yaml's shared settings, whose locations name the table (`table`, set by the file) and the
+row's column (`column: Math` or `Open-Ended`, set in the row's own block) by interpolation. The page shows every
+entry of the merged block. An entry of the row's own block (setting or deviation) wins over an inherited one of the
+same key (a parent row's or a conf/fidelity/ file's): Hydra's merge can leave a key in both `settings` and
+`deviations`, and the row's own block says which it is; otherwise a deviation replaces a setting of the same key.
+An inherited key of a stage the row does not run is left out. Checked (`problems`, tests/sarl/test_fidelity.py):
+every setting names a location (a section, appendix, table, equation or figure), every deviation has the paper's
+value and a reason, every key of the row's own block resolves in the composed row (an inherited one that does not,
+e.g. a key of a reward the row replaces, is left out), and every key the row file itself sets is listed in its own
+block, so that a row that changes a setting says where its new value comes from.
 
     python notebooks/fidelity.py            # rewrites docs/fidelity.md
 """
@@ -37,6 +45,7 @@ from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP_DIR = ROOT / "conf" / "exp"
@@ -60,12 +69,14 @@ class Entry:
         return bool(self.paper or self.reason)
 
 
-def paper_rows(exp_dir: Path = EXP_DIR) -> list[str]:
-    return sorted(p.stem for p in Path(exp_dir).glob("*_paper.yaml"))
-
-
 def _raw(row: str, exp_dir: Path = EXP_DIR) -> dict[str, Any]:
     return yaml.safe_load((Path(exp_dir) / f"{row}.yaml").read_text(encoding="utf-8")) or {}
+
+
+def paper_rows(exp_dir: Path = EXP_DIR) -> list[str]:
+    """The rows on the page: every `*_paper` row, and every other row whose file names a paper table."""
+    rows = sorted(p.stem for p in Path(exp_dir).glob("*.yaml"))
+    return [r for r in rows if r.endswith("_paper") or ((_raw(r, exp_dir).get("paper") or {}).get("tables"))]
 
 
 def parent(row: str, exp_dir: Path = EXP_DIR) -> str | None:
@@ -152,8 +163,11 @@ def _value(cfg: DictConfig, choices: dict[str, Any], key: str) -> Any:
 def row_entries(row: str, exp_dir: Path = EXP_DIR) -> tuple[str, list[Entry], list[str]]:
     """(the paper, the row's entries in the block's order, what is wrong with the row's block)."""
     cfg, choices = compose(row)
-    block = OmegaConf.to_container(cfg.paper.get("fidelity") or {}, resolve=True)
     where = f"conf/exp/{row}.yaml paper.fidelity"
+    try:
+        block = OmegaConf.to_container(cfg.paper.get("fidelity") or {}, resolve=True)
+    except OmegaConfBaseException as err:  # an interpolation of a conf/fidelity/ file the row does not feed (`column`)
+        return "", [], [f"{where}: does not resolve: {err}".splitlines()[0]]
     problems = []
     source = str(block.get("source") or "").strip()
     if not source:
@@ -163,9 +177,14 @@ def row_entries(row: str, exp_dir: Path = EXP_DIR) -> tuple[str, list[Entry], li
     stages = {s.name for s in cfg.get("pipeline") or []}
     composed: dict[str | None, tuple[DictConfig, dict[str, Any]]] = {None: (cfg, choices)}
     own_block = (_raw(row, exp_dir).get("paper") or {}).get("fidelity") or {}
-    own = set(own_block.get("settings") or {}) | set(own_block.get("deviations") or {})
+    own_settings, own_deviations = set(own_block.get("settings") or {}), set(own_block.get("deviations") or {})
+    own = own_settings | own_deviations
+
+    def deviation(key: str) -> bool:  # the row's own block decides; else a deviation replaces a setting
+        return key in own_deviations or (key in deviations and key not in own_settings)
+
     entries = []
-    for key in [*[k for k in settings if k not in deviations], *deviations]:
+    for key in [*[k for k in settings if not deviation(k)], *[k for k in deviations if deviation(k)]]:
         stage, _, bare = key.rpartition(":")
         if stage and stage not in stages:
             continue  # inherited from a row whose stage this row does not run
@@ -176,7 +195,7 @@ def row_entries(row: str, exp_dir: Path = EXP_DIR) -> tuple[str, list[Entry], li
             if key in own:
                 problems.append(f"{where}: {key} is no key of the composed row; fix its name or remove it")
             continue  # inherited from a row whose group had it (a reward this row replaces)
-        if key in deviations:
+        if deviation(key):
             d = deviations[key] if isinstance(deviations[key], dict) else {}
             paper, reason = str(d.get("paper") or "").strip(), str(d.get("reason") or "").strip()
             if not paper or not reason:
@@ -205,9 +224,10 @@ def _cell(text: str) -> str:
 
 HEADER = """# Fidelity of the paper rows
 
-Generated by `python notebooks/fidelity.py` from each `conf/exp/*_paper.yaml` row composed as `sarl.train` composes
-it, and its `paper.fidelity` block; `tests/sarl/test_fidelity.py` fails when this page is stale, a setting names no
-location in its paper or a deviation no reason. Settings: the value and where the paper gives it. Deviations (marked
+Generated by `python notebooks/fidelity.py` from each paper row (`conf/exp/*_paper.yaml` and every row naming a paper
+table) composed as `sarl.train` composes it, and its `paper.fidelity` block (with the shared settings of
+`conf/fidelity/` it takes); `tests/sarl/test_fidelity.py` fails when this page is stale, a setting names no location
+in its paper or a deviation no reason. Settings: the value and where the paper gives it. Deviations (marked
 **≠**): the paper's value ("not stated" where it gives none) and why the row differs. `STAGE:key` is a key of that
 stage of the row's pipeline; a row that extends another lists only what differs. Reasons: [decisions](decisions.md).
 """
@@ -234,11 +254,12 @@ def ordered_rows(exp_dir: Path = EXP_DIR) -> list[str]:
 ORDER = ("model", "algorithm", "reward", "data", "embedding", "train", "backend")
 
 
-def _rank(entry: Entry) -> tuple[int, int]:
-    """The page's order: the row's own stage first, the groups before their keys, then train and back-end keys."""
+def _rank(entry: Entry) -> tuple[int, int, int]:
+    """The page's order: the row's own stage first, the groups before their keys (a group's option before its own
+    keys, whatever the merged block's order), then train and back-end keys."""
     stage, _, bare = entry.key.rpartition(":")
     head = bare.split(".")[0].removesuffix("_server")
-    return (1 if stage else 0, ORDER.index(head) if head in ORDER else len(ORDER))
+    return (1 if stage else 0, ORDER.index(head) if head in ORDER else len(ORDER), 1 if "." in bare else 0)
 
 
 def _base(

@@ -14,7 +14,8 @@
 # %% [markdown]
 # # docs/fidelity.md: each paper row's settings, where its paper gives them, and its deviations
 #
-# Composes every `conf/exp/*_paper.yaml` row with Hydra (as `sarl.train` does) and reads its `paper.fidelity` block
+# Composes every paper row (`conf/exp/*_paper.yaml`, and every other row naming a paper table: SARL's own) with Hydra
+# (as `sarl.train` does) and reads its `paper.fidelity` block, with the shared settings of `conf/fidelity/` it takes
 # (`notebooks/_fidelity.py` says what the block holds); writes the page and lists what is missing from a block.
 #
 #     python notebooks/fidelity.py --out docs/fidelity.md

@@ -1,6 +1,6 @@
 """Client for an OpenAI-compatible `/v1/embeddings` server.
 
-SARL App. A.3 / decisions §1.2 "Embeddings": step texts are embedded by
+SARL App. B.2 / decisions §1.2 "Embeddings": step texts are embedded by
 Qwen/Qwen3-Embedding-0.6B served with vLLM. The client packs distinct texts into
 requests of `batch_size`, sends them concurrently over one pooled client
 (`sarl.runtime.http_client.JSONClient`: a total deadline per attempt, capped exponential backoff

@@ -1,5 +1,5 @@
 """vLLM OpenAI-compatible servers run as child processes: `VLLMServer` for any model (the
-evaluation's generation server), `EmbeddingServer` for an embedding model (SARL App. A.3: a
+evaluation's generation server), `EmbeddingServer` for an embedding model (SARL App. B.2: a
 standalone server for the embedding model on its own port, ~5% of one GPU's memory).
 
 Started, health-checked and stopped by this program: it stops only the process group it

@@ -293,7 +293,7 @@ NODE_ROWS = (
     # into the rollout: the tiny policy (2 attention heads, 1 KV head that vLLM replicates) on 2 GPUs
     Row("grpo_sarl_tp2", "grpo_sarl_math", ("reward/sr/mean", "reward/score/mean"), gpus=2, tensor_parallel=2),
     # SARL Table 2's row on a whole node as the paper runs it: Qwen3-4B-Base, the aime_1983_2024 set, the vLLM
-    # embedding server at Qwen3-Embedding-0.6B that sarl.train starts beside verl's rollout (SARL App. A.3),
+    # embedding server at Qwen3-Embedding-0.6B that sarl.train starts beside verl's rollout (SARL App. B.2),
     # the row's batch and lengths, STEPS steps
     Row(
         "grpo_sarl_node",

@@ -148,7 +148,7 @@ def test_the_several_gpu_runs_compose_for_their_gpus(row, tiny_policy_layout, sm
     assert v["data"]["train_batch_size"] == own.train.train_batch_size
     assert v["data"]["train_files"] == str(tmp_path / "data" / own.data.name / "train.parquet")
     embedder = v["reward"]["custom_reward_function"]["reward_kwargs"]["reward"]["embedder"]
-    assert embedder["model"] == own.embedding.model == "Qwen/Qwen3-Embedding-0.6B"  # SARL App. A.3
+    assert embedder["model"] == own.embedding.model == "Qwen/Qwen3-Embedding-0.6B"  # SARL App. B.2
     why = missing_paper_inputs(row)
     assert why and f"python -m sarl.data.prepare dataset={own.data.name}" in why
 

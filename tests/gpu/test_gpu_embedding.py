@@ -1,4 +1,4 @@
-"""The standalone embedding server (SARL App. A.3: vLLM's pooling runner on ~5% of one GPU) at conf/train.yaml's
+"""The standalone embedding server (SARL App. B.2: vLLM's pooling runner on ~5% of one GPU) at conf/train.yaml's
 `embedding_server` budget, answering one /v1/embeddings request from the project's client
 (conf/embedding/vllm_server.yaml, sarl.serving.http.HTTPEmbedder).
 

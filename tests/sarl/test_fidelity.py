@@ -83,3 +83,120 @@ def test_a_listed_key_covers_the_keys_below_it_and_a_group_its_keys():
     assert fidelity._covered("sft:train.actor_lr", {"sft:train.actor_lr"})
     assert not fidelity._covered("sft:train.actor_lr", {"train.actor_lr"})
     assert not fidelity._covered("train.temperature", {"train.val_temperature"})
+
+
+SARL_ROWS = [
+    "dpo_open",
+    "grpo_empo_math",
+    "grpo_empo_open",
+    "grpo_gt_math",
+    "grpo_sarl_c_only_math",
+    "grpo_sarl_l_only_math",
+    "grpo_sarl_math",
+    "grpo_sarl_open",
+    "grpo_ttrl_math",
+    "ppo_gt_math",
+    "ppo_sarl_math",
+    "ppo_sarl_open",
+]
+
+
+def test_every_row_naming_a_paper_table_is_on_the_page():
+    """Not only the `*_paper` rows: every conf/exp/ row whose file names a paper table (SARL's own rows) is a row of
+    the page and of the checks."""
+    named = []
+    for path in sorted(fidelity.EXP_DIR.glob("*.yaml")):
+        tables = ((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("paper") or {}).get("tables")
+        if tables:
+            named.append(path.stem)
+    rows = fidelity.paper_rows()
+    assert set(named) <= set(rows) and set(SARL_ROWS) <= set(rows)
+    assert not [r for r in rows if r not in named and not r.endswith("_paper")]
+    page = fidelity.DOC.read_text(encoding="utf-8")
+    for row in named:
+        assert f"## `{row}` (" in page, row
+    for row in SARL_ROWS:
+        assert f"## `{row}` (SARL)" in page, row
+
+
+def _section(page: str, row: str) -> str:
+    return page.split(f"## `{row}` (")[1].split("\n## ")[0]
+
+
+@pytest.mark.slow
+def test_the_sarl_rows_cite_table_6_or_7_and_their_deviations():
+    """The shared settings (conf/fidelity/) cite the row's table and column; ppo_sarl_*'s rollout share is a
+    deviation from Table 6's 0.7; each SARL row's block lists its own keys."""
+    page = fidelity.render()
+    _, entries, found = fidelity.row_entries("grpo_sarl_math")
+    assert not found
+    by_key = {e.key: e for e in entries}
+    rollouts = by_key["train.rollout_n"]
+    assert rollouts.value == "8" and rollouts.where == "Table 7 (Math: Rollouts per prompt (N))"
+    assert by_key["reward.clustering"].where.startswith("Table 7 (Math: Clustering method)")
+    assert "| `train.rollout_n` | 8 | Table 7 (Math: Rollouts per prompt (N)) |" in page
+    assert "| `train.max_response_length` | 4096 | Table 7 (Open-Ended: Max response length) |" in page
+    assert "| `train.critic_lr` | 1e-05 | Table 6 (Math: Critic learning rate) |" in page
+    for row in ("ppo_sarl_math", "ppo_sarl_open"):
+        line = next(x for x in _section(page, row).splitlines() if "`backend.rollout_gpu_memory_utilization`" in x)
+        assert line.startswith("| `backend.rollout_gpu_memory_utilization` | 0.65 | **≠** 0.7 (Table 6); ")
+        assert "memory plan" in line and "decisions §7" in line
+    for row in SARL_ROWS:
+        source, entries, found = fidelity.row_entries(row)
+        assert source == "SARL" and not found, (row, found)
+        assert {e.key for e in entries} >= {"model.path", "algorithm", "data"}, row
+
+
+@pytest.mark.slow
+def test_a_childs_own_setting_beats_its_parents_deviation_on_the_page():
+    """evol_rl_rlvr_paper cites App. D.4's two epochs in its own settings; its parent lists train.total_epochs as a
+    deviation: the page shows the child's location, not the parent's deviation."""
+    section = _section(fidelity.render(), "evol_rl_rlvr_paper")
+    assert '| `train.total_epochs` | 2 | App. D.4 ("for two epochs") |' in section
+    assert "EPISODE=3" not in section
+
+
+def test_the_rows_own_entry_wins_over_an_inherited_one_of_the_same_key(tmp_path, monkeypatch):
+    """Hydra merges a parent's block into the child's, so a key can be in both `settings` and `deviations`: the row's
+    own block decides which it is; a key only inherited in both stays a deviation."""
+    parent = {
+        "settings": {"train.actor_lr": "App. X (the parent's)"},
+        "deviations": {
+            "train.total_epochs": {"paper": "not stated", "reason": "the parent's"},
+            "train.save_freq": {"paper": "not stated", "reason": "the parent's"},
+        },
+    }
+    child = {
+        "source": "EVOL-RL",
+        "settings": {"train.total_epochs": "App. D.4 (the child's)", "train.save_freq": "App. Y (inherited both)"},
+        "deviations": {"train.actor_lr": {"paper": "1e-6 (Table 2)", "reason": "the child's"}},
+    }
+    own = {"source": "EVOL-RL", "settings": {"train.total_epochs": child["settings"]["train.total_epochs"]}}
+    own["deviations"] = child["deviations"]
+    raw = {"defaults": ["parent_paper", "_self_"], "train": {"total_epochs": 2}, "paper": {"fidelity": own}}
+    (tmp_path / "parent_paper.yaml").write_text(yaml.safe_dump({"paper": {"fidelity": parent}}), encoding="utf-8")
+    (tmp_path / "child_paper.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    cfg, choices = fidelity.compose("lcs_paper")
+    cfg = cfg.copy()
+    merged = OmegaConf.merge(parent, child)  # as Hydra merges the parent's block with the child's
+    OmegaConf.update(cfg, "paper.fidelity", merged, merge=False)
+    monkeypatch.setattr(fidelity, "compose", lambda row, stage=None: (cfg, choices))
+    _, entries, found = fidelity.row_entries("child_paper", tmp_path)
+    assert not found, found
+    by_key = {e.key: e for e in entries}
+    assert by_key["train.total_epochs"].where == "App. D.4 (the child's)" and not by_key["train.total_epochs"].deviation
+    assert by_key["train.actor_lr"].deviation and by_key["train.actor_lr"].reason == "the child's"
+    assert by_key["train.save_freq"].deviation and by_key["train.save_freq"].reason == "the parent's"
+    assert len(entries) == 3
+
+
+def test_a_shared_block_whose_interpolation_the_row_does_not_feed_is_reported(monkeypatch):
+    """A conf/fidelity/ file cites `${paper.fidelity.column}`: a row that takes it without naming its column gets one
+    line, not a traceback."""
+    cfg, choices = fidelity.compose("lcs_paper")
+    cfg = cfg.copy()
+    block = {"source": "SARL", "settings": {"train.rollout_n": "Table 7 (${paper.fidelity.column}: N)"}}
+    OmegaConf.update(cfg, "paper.fidelity", block, merge=False)
+    monkeypatch.setattr(fidelity, "compose", lambda row, stage=None: (cfg, choices))
+    _, entries, found = fidelity.row_entries("lcs_paper")
+    assert entries == [] and len(found) == 1 and "does not resolve" in found[0]

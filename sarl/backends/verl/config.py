@@ -37,7 +37,7 @@ LR_SCHEDULES = ("constant", "cosine")  # verl 0.9.1's FSDPOptimizerConfig.lr_sch
 
 
 def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bool = False) -> dict[str, Any]:
-    """Our config in verl's keys (SARL Tables 6-7 and App. A.3 live in `cfg.train`/`cfg.backend`).
+    """Our config in verl's keys (SARL Tables 6-7 and App. B.2 live in `cfg.train`/`cfg.backend`).
 
     A group reward (TTRL, EMPO, EVOL-RL) is scored by the trainer on whole groups: verl generates
     `train.rollout_n` rollouts per prompt (the votes) and trains on `train.n_trained` of them, so

@@ -3,7 +3,7 @@
 verl colocates everything on every GPU of the node (one resource pool): the vLLM rollout engine takes
 `rollout.gpu_memory_utilization` of each GPU, and the FSDP shards of the actor, the reference and (PPO)
 the critic live beside it. What runs beside verl's workers on one GPU of the node (the embedding server of
-the structure reward, SARL App. A.3; the MaxFlow reward's attention model) is not known to Ray: the GPU
+the structure reward, SARL App. B.2; the MaxFlow reward's attention model) is not known to Ray: the GPU
 that holds most of it is the fullest and is the one planned (`shared` items, chosen by `sarl.preflight`).
 
 Every figure is read from the verl config being planned (verl 0.9.1 file:line):

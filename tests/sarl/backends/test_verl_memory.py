@@ -136,7 +136,7 @@ def test_the_embedding_models_whole_context_does_not_fit_five_percent_of_an_h100
 # The embedding models the rows name -> architecture. Qwen3-Embedding-4B (evol_rl_paper, EVOL-RL App. C.5) is Qwen3-4B's
 # trunk: the model card's 4B parameters, 36 layers and 2,560 dimensions.
 EMBEDDERS = {"Qwen/Qwen3-Embedding-0.6B": config(EMBEDDER), "Qwen/Qwen3-Embedding-4B": config(QWEN3_4B)}
-SHARES = {"Qwen/Qwen3-Embedding-0.6B": 0.05, "Qwen/Qwen3-Embedding-4B": 0.13}  # SARL App. A.3's 5%; the 4B's 13%
+SHARES = {"Qwen/Qwen3-Embedding-0.6B": 0.05, "Qwen/Qwen3-Embedding-4B": 0.13}  # SARL App. B.2's 5%; the 4B's 13%
 
 
 @pytest.mark.parametrize("exp", verl_paper_rows())
