@@ -64,7 +64,7 @@ from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_a
 from eval.select import select_and_evaluate
 from sarl.runtime.checkpoints import resolve_checkpoint
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
-from sarl.runtime.hub import offline_if_unreachable
+from sarl.runtime.hub import offline_if_unreachable, offline_note
 from sarl.runtime.runs import git_commit, versions
 from sarl.runtime.usage import Usage, asks_for_help, usage
 from slurm import launcher
@@ -80,6 +80,8 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     check_eval_config(cfg)
     plan = resolve_plan(cfg)
     check_runnable(plan, cfg.paths.data_dir)
+    if offline_note():  # said once the checks passed: a one-line error stays one line
+        log.info("%s", offline_note())
     cfg = usable_generator(cfg, explicit_generator)  # after the checks: a mistake stays the one line said
     if str(cfg.generator.get("url", "auto")) == "auto":  # loaded here (not a server's name): a run directory, a verl
         model, how = resolve_checkpoint(str(cfg.ckpt))  # checkpoint or a folder without weights, said in one line

@@ -37,7 +37,7 @@ from sarl.launch.compose import compose_user_config
 from sarl.launch.pipeline import split_stage_overrides, stages_of
 from sarl.runtime.checks import Check, raise_failed
 from sarl.runtime.errors import report_user_errors
-from sarl.runtime.hub import offline_if_unreachable
+from sarl.runtime.hub import offline_if_unreachable, offline_note
 from sarl.runtime.node_checks import check_gpus, check_wandb
 from sarl.runtime.runs import experiment_name, resolve_run_dir
 from sarl.runtime.usage import Usage, asks_for_help, usage
@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg, choices = compose_user_config(split_stage_overrides(args)[0])  # `STAGE:key=value`: that stage's only
     checks = trl_preflight(cfg) if cfg.backend.name == "trl" else preflight(cfg, choices, args)
     print_table(checks, f"preflight: {experiment_name(choices)}")
+    if offline_note():
+        print(offline_note())
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (": fix the ✗ rows first" if failed else ""))
     return 1 if failed else 0

@@ -35,7 +35,7 @@ from sarl.preflight import run_cheap_checks
 from sarl.reports.curves import run_curves
 from sarl.runtime.checkpoints import evaluate_hint
 from sarl.runtime.errors import UserError, debug_requested
-from sarl.runtime.hub import offline_if_unreachable
+from sarl.runtime.hub import offline_if_unreachable, offline_note
 from sarl.runtime.runs import (
     dry_run_command,
     experiment_name,
@@ -330,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         log.error("%s", err)
         return 2
+    if offline_note():  # said once the command's checks passed: a one-line error stays one line
+        log.info("%s", offline_note())
     try:
         with signals_as_exceptions():
             return run(cfg, choices, overrides, stage_overrides)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from sarl.runtime.hub import offline_note
+
 log = logging.getLogger(__name__)
 
 LOCAL_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -70,8 +72,9 @@ def load_hub(name: str, source: Mapping[str, Any]) -> Loaded:
     try:
         ds = datasets.load_dataset(hf_id, hf_config, split=split, revision=revision, data_files=files)
     except Exception as err:  # offline, unknown id, gated, network: all end in the same advice
+        hub = "the Hugging Face Hub (unreachable here: offline mode)" if offline_note() else "the Hugging Face Hub"
         raise DataSourceError(
-            f"dataset '{name}': cannot load {where} from the Hugging Face Hub, and it is not in the local cache "
+            f"dataset '{name}': cannot load {where} from {hub}, and it is not in the local cache "
             f"({type(err).__name__}: {err}). Download it where there is network, or supply a local copy: "
             f"python -m sarl.data.prepare dataset={name} source.local_file=/path/to/file.csv|.json|.jsonl|.parquet"
         ) from err

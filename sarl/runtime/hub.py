@@ -4,7 +4,10 @@ command nor its child processes spend minutes on retries), and whether a model a
 `offline_if_unreachable()` runs first in `sarl.train`, `eval.run`, `sarl.preflight` and `sarl.data.prepare`: one
 TCP connection to the Hub's host (HF_ENDPOINT, else huggingface.co:443), tried once per process; when it does not
 open, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are set (inherited by every child; `datasets` follows
-HF_HUB_OFFLINE) unless the user set either. `check_model_source`
+HF_HUB_OFFLINE) unless the user set either. It says nothing then: a one-line error stays one line, and an error
+that depends on the Hub says so itself (`check_model_source`, `sarl.data.sources`); `offline_note()` is the line
+a command prints once its checks have passed (sarl.train and eval.run at their start, the preflight's Hub row).
+`check_model_source`
 refuses, before anything is built or written, a model that is neither a local checkpoint directory nor a Hub id in
 the local cache or on a Hub that can be reached.
 """
@@ -63,11 +66,24 @@ def offline_requested() -> bool:
     return any(os.environ.get(name, "").strip().lower() in TRUE for name in OFFLINE_VARS)
 
 
+_SWITCHED: list[bool] = []  # offline_if_unreachable put this process offline
+
+
+def offline_note() -> str | None:
+    """The line saying this process went offline because the Hub cannot be reached; None when it did not."""
+    if not _SWITCHED:
+        return None
+    return "the Hugging Face Hub (%s:%d) cannot be reached: offline mode, models come from the local cache" % (
+        hub_address()
+    )
+
+
 def offline_if_unreachable() -> None:
-    """HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in this process's environment (and so its children's), with one
-    log line, when the Hub cannot be reached and the user set neither: models then come from the local cache at
-    once instead of after minutes of retries. Call it before huggingface_hub is imported (it reads the variable
-    then); if it already was, its flag is set too."""
+    """HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 in this process's environment (and so its children's) when the
+    Hub cannot be reached and the user set neither: models then come from the local cache at once instead of
+    after minutes of retries. Silent (`offline_note()` is the line to print once the command's checks passed).
+    Call it before huggingface_hub is imported (it reads the variable then); if it already was, its flag is set
+    too."""
     if any(name in os.environ for name in OFFLINE_VARS) or hub_reachable():
         return
     for name in OFFLINE_VARS:
@@ -78,9 +94,8 @@ def offline_if_unreachable() -> None:
     datasets_config = sys.modules.get("datasets.config")  # it copied the flag when imported
     if datasets_config is not None and os.environ.get("HF_DATASETS_OFFLINE") is None:
         datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = True
-    log.warning(
-        "the Hugging Face Hub (%s:%d) cannot be reached: offline mode, models come from the local cache", *hub_address()
-    )
+    _SWITCHED.append(True)
+    log.debug("%s", offline_note())
 
 
 def hub_cache_dir() -> str:

@@ -13,8 +13,9 @@ import huggingface_hub.constants
 import pytest
 from testkit import REPO
 
+from sarl.runtime import hub
 from sarl.runtime.errors import UserError
-from sarl.runtime.hub import OFFLINE_VARS, check_model_source, hub_reachable, offline_if_unreachable
+from sarl.runtime.hub import OFFLINE_VARS, check_model_source, hub_reachable, offline_if_unreachable, offline_note
 
 
 @pytest.fixture
@@ -76,12 +77,14 @@ def test_offline_mode_only_when_the_hub_cannot_be_reached_and_the_user_chose_not
     online, closed_endpoint, monkeypatch, caplog
 ):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    with caplog.at_level(logging.WARNING, logger="sarl.runtime.hub"):
+    monkeypatch.setattr(hub, "_SWITCHED", [])
+    assert offline_note() is None
+    with caplog.at_level(logging.INFO, logger="sarl.runtime.hub"):
         offline_if_unreachable()
     assert [os.environ[name] for name in OFFLINE_VARS] == ["1", "1"]
     assert huggingface_hub.constants.HF_HUB_OFFLINE is True  # already imported: its flag follows
-    (record,) = caplog.records
-    assert f"127.0.0.1:{closed_endpoint}" in record.getMessage() and "offline mode" in record.getMessage()
+    assert caplog.records == []  # silent: the command says it once its checks passed
+    assert f"127.0.0.1:{closed_endpoint}" in offline_note() and "offline mode" in offline_note()
     for name in OFFLINE_VARS:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the user's choice stands
@@ -144,16 +147,22 @@ def command(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_every_entry_point_goes_offline_first_when_the_hub_cannot_be_reached(module, args, closed_endpoint):
+    """Offline at once, silently: a one-line error stays one line (the offline line comes once the checks passed)."""
     proc = command(module, *args)  # HF_ENDPOINT: the closed port
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    offline, error = proc.stderr.strip().splitlines()
-    assert f"127.0.0.1:{closed_endpoint}) cannot be reached: offline mode" in offline
+    (error,) = proc.stderr.strip().splitlines()
     assert "no such key; did you mean" in error
 
 
+def test_the_offline_line_comes_once_the_checks_passed(closed_endpoint):
+    proc = command("sarl.train", "+exp=smoke", "train.dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"127.0.0.1:{closed_endpoint}) cannot be reached: offline mode" in proc.stderr
+
+
 def test_data_prepare_goes_offline_first_and_fails_in_one_line_without_retrying(closed_endpoint, tmp_path):
-    """A Hub data set that is not cached, with the Hub unreachable: the offline line, then the one-line error, and
-    none of huggingface_hub's retries (five, 23 s, before `sarl.data.prepare` went offline first)."""
+    """A Hub data set that is not cached, with the Hub unreachable: the one-line error, which says the Hub is
+    unreachable, and none of huggingface_hub's retries (five, 23 s, before `sarl.data.prepare` went offline first)."""
     env = {k: v for k, v in os.environ.items() if k not in (*OFFLINE_VARS, "HF_DATASETS_OFFLINE")}
     env.update(SARL_ROOT=str(tmp_path), HF_HOME=str(tmp_path / "hf"))
     proc = subprocess.run(
@@ -166,9 +175,10 @@ def test_data_prepare_goes_offline_first_and_fails_in_one_line_without_retrying(
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out, out[-2000:]
-    assert f"127.0.0.1:{closed_endpoint}) cannot be reached: offline mode" in out
     assert "Retry" not in out and "thrown while requesting" not in out, out[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: dataset 'aime25': cannot load 'math-ai/aime25'")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: dataset 'aime25': cannot load 'math-ai/aime25'")
+    assert "from the Hugging Face Hub (unreachable here: offline mode)" in last
 
 
 def test_offline_mode_reaches_datasets_when_it_was_imported_first(online, closed_endpoint, monkeypatch):
