@@ -28,6 +28,7 @@ from sarl.backends.verl import cpu
 from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
 from sarl.backends.verl.steps import step_plan
 from sarl.contract.reward import reward_class
+from sarl.launch import sweep
 from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
 from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
@@ -138,7 +139,13 @@ def run(
             return launcher.dispatch("sarl.train", argv, cfg.launcher)
         job_argv = [a for a in argv if not a.startswith("train.dry_run")]
         sys.stderr.write(launcher.submission_plan("sarl.train", job_argv, cfg.launcher))
-    run_dir = resolve_run_dir(cfg, experiment)
+    point = sweep.run_point(cfg, choices)
+    if point is not None:  # a sweep's run: named by its point, whichever route ran it (sarl.launch.sweep)
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.sweep.point = point[1]
+    run_dir = resolve_run_dir(cfg, experiment if point is None else sweep.run_subdir(experiment, *point))
     if pipeline:
         return run_pipeline(cfg, experiment, overrides or [], stage_overrides or {}, run_dir, run_stage=run)
     if not cfg.train.dry_run:
@@ -278,6 +285,7 @@ USAGE = Usage(
         "python -m sarl.train +exp=ROW [KEY=VALUE ...] [GROUP=OPTION ...] [STAGE:KEY=VALUE ...]",
         "python -m sarl.train +exp=ROW train.dry_run=true   # the back end's config on stdout, the command on stderr",
         "python -m sarl.train +exp=ROW backend=verl_cpu     # the row's own verl trainer on CPU, 2 steps",
+        "python -m sarl.train -m sweep.name=NAME [KEY=a,b]  # a grid of sweeps/NAME.yaml (or key=a,b), point by point",
     ),
     about=(
         "Train a policy with a reward: a paper row (conf/exp/ROW.yaml) or any combination of the groups below, on "
@@ -319,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
+    if any(a in sweep.MULTIRUN_FLAGS for a in args):
+        return multirun([a for a in args if a not in sweep.MULTIRUN_FLAGS])
 
     overrides, stage_overrides = split_stage_overrides(args)
     try:
@@ -341,6 +351,27 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated as err:
         log.error("%s: the run stopped, and its child processes with it", err)
         return err.exit_code
+
+
+def multirun(args: list[str]) -> int:
+    """`-m`: every point of the sweep, one `sarl.train` command each (run here, or submitted by the launcher), in
+    order; the exit code is the first failure's (sarl.launch.sweep)."""
+    try:
+        points = sweep.expand(args)
+    except UserError as err:
+        log.error("%s", err)
+        return 2
+    log.info("multirun: %d point(s)", len(points))
+    codes = []
+    for i, point in enumerate(points, 1):
+        log.info("multirun point %d/%d: %s", i, len(points), shlex.join(point))
+        codes.append(main(point))
+    failed = [(i, rc) for i, rc in enumerate(codes, 1) if rc]
+    if failed:
+        log.error("multirun: %d of %d point(s) failed: %s", len(failed), len(points), failed)
+        return failed[0][1]
+    log.info("multirun: %d point(s) done", len(points))
+    return 0
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ def wandb_env(cfg: DictConfig, experiment: str, run_dir: Path, environ: dict[str
     """The W&B settings of the run, for this process, verl's process and, through Ray's runtime_env, verl's
     trainer actor and workers (which run with the environment of the Ray daemons, not of this process):
     WANDB_MODE=offline without an API key (env or ~/.netrc), a stable WANDB_RUN_ID from the run directory
-    (a restarted run continues the same W&B run), WANDB_RESUME=allow, and the entity (`logger.entity`)."""
+    (a restarted run continues the same W&B run), WANDB_RESUME=allow, the entity (`logger.entity`), and for a
+    sweep's run its name and group (`sweep.name`/`sweep.point`, sarl.launch.sweep)."""
     environ = os.environ if environ is None else environ
     if "wandb" not in cfg.logger.backends:
         return {}
@@ -107,6 +108,10 @@ def wandb_env(cfg: DictConfig, experiment: str, run_dir: Path, environ: dict[str
     if entity:
         out["WANDB_ENTITY"] = str(entity)
     out["WANDB_DIR"] = str(run_dir)
+    sweep = cfg.get("sweep")
+    if sweep and sweep.get("name") and sweep.get("point"):  # the same name by the multirun and the W&B agent
+        out["WANDB_NAME"] = f"{sweep.name}/{sweep.point}"
+        out["WANDB_RUN_GROUP"] = str(sweep.name)
     return out
 
 
@@ -140,6 +145,8 @@ def wandb_init(cfg: DictConfig, meta: dict, run_dir: Path, env: dict[str, str]):
         project=cfg.logger.project,
         entity=cfg.logger.entity,
         dir=str(run_dir),
+        name=env.get("WANDB_NAME"),  # a sweep's point (sarl.launch.sweep); None: W&B's own name
+        group=env.get("WANDB_RUN_GROUP"),
         config={"sarl": OmegaConf.to_container(cfg, resolve=True), "meta": meta},
     )
 

@@ -155,3 +155,78 @@ def test_k_rule_sweep_reaches_the_reward_with_its_documented_k():
         assert (kmeans_k(12, rule=rule), kmeans_k(80, rule=rule)) == tuple(map(int, documented.groups()))
         rules.append(rule)
     assert rules[0] == "sqrt" and len(set(rules)) == len(rules) >= 4
+
+
+# -- sweeps without a W&B server: the multirun (sarl.launch.sweep) ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_sweep_runs_as_a_multirun_naming_each_run_as_the_wandb_agent_does(name, tiny_qwen3_dir, tmp_path):
+    """`python -m sarl.train -m sweep.name=NAME` expands the same grid as W&B (same order, same overrides), and a
+    point's name is the one `sarl.train` gives the W&B agent's run of that point (run directory and W&B name)."""
+    from sarl.launch import sweep as sweeps
+    from sarl.runtime.runs import wandb_env
+
+    stem = Path(name).stem
+    spec = load_sweep(name)
+    points = sweeps.expand([f"sweep.name={stem}"])
+    assert len(points) == len(grid(spec))
+    for point, params in zip(points, grid(spec)):
+        agent = command_line(spec, params)[3:]  # what the W&B agent runs: the file's command, its point's params
+        assert set(agent) <= set(point) | {f"{k}={v}" for k, v in params.items()}
+        assert {o for o in point if not o.startswith("sweep.")} == set(agent) - {f"sweep.name={stem}"}
+        multirun_cfg, _ = compose_train_config([*point, f"model.path={tiny_qwen3_dir}"])
+        agent_cfg, agent_choices = compose_train_config([*agent, f"model.path={tiny_qwen3_dir}"])
+        label = sweeps.run_point(agent_cfg, agent_choices)
+        assert label == (stem, multirun_cfg.sweep.point) == (stem, sweeps.point_label(params))
+        assert "sweep.point" not in " ".join(agent)  # the agent's run finds its name from the sweep file
+        agent_cfg.sweep.point = label[1]
+        env = wandb_env(agent_cfg, "row", tmp_path)
+        assert (env["WANDB_NAME"], env["WANDB_RUN_GROUP"]) == (f"{stem}/{label[1]}", stem)
+
+
+def test_hydra_sweep_syntax_expands_lists_stay_values_and_a_bad_override_is_one_line():
+    from sarl.launch import sweep as sweeps
+
+    points = sweeps.expand(["+exp=smoke", "seed=0,1", "train.temperature=0.6,1.0", "reward.weights=[1,2]"])
+    assert len(points) == 4 and all("reward.weights=[1,2]" in p for p in points)
+    assert [p[-1] for p in points] == [
+        "sweep.point='seed=0,train.temperature=0.6'",
+        "sweep.point='seed=0,train.temperature=1.0'",
+        "sweep.point='seed=1,train.temperature=0.6'",
+        "sweep.point='seed=1,train.temperature=1.0'",
+    ]
+    assert all("sweep.name=multirun" in p for p in points)
+    with pytest.raises(Exception, match="multirun: "):
+        sweeps.expand(["seed=0,,"])
+    with pytest.raises(Exception, match="sweeps/nope.yaml does not exist; choose one of: clustering"):
+        sweeps.expand(["sweep.name=nope"])
+
+
+@pytest.mark.slow
+def test_a_small_grid_trains_here_and_each_point_has_its_own_named_run(policy_cache, tmp_path):
+    """`python -m sarl.train -m +exp=smoke seed=0,1 ...`: both points train on CPU, one after another, each in
+    runs/smoke/multirun/seed=N/<date>_<time> with its model; the SLURM launcher's dry run shows one job per point."""
+    import subprocess
+    import sys
+
+    from testkit import REPO, smoke_small
+
+    args = ["-m", "+exp=smoke", "seed=0,1", *smoke_small(), "backend.max_steps=1", "heldout=null", "logger=none",
+            f"paths.root={tmp_path}", f"model.build.cache_dir={policy_cache}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "sarl.train", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "multirun: 2 point(s) done" in proc.stderr
+    base = tmp_path / "runs" / "smoke" / "multirun"
+    assert sorted(p.name for p in base.iterdir()) == ["seed=0", "seed=1"]
+    for point in ("seed=0", "seed=1"):
+        (run,) = (base / point).iterdir()
+        assert (run / "final" / "config.json").is_file()
+        assert f"seed: {point[-1]}" in (run / "config.yaml").read_text()
+    plan = subprocess.run([sys.executable, "-m", "sarl.train", *args, "launcher=slurm_h100", "train.dry_run=true"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert plan.stderr.count("would submit one SLURM job") == 2, plan.stderr[-3000:]
+    jobs = [line for line in plan.stderr.splitlines() if line.startswith("#   the job runs")]
+    assert len(jobs) == 2 and "seed=0" in jobs[0] and "seed=1" in jobs[1], plan.stderr[-3000:]

@@ -19,6 +19,7 @@ from slurm.node import allocation_argv, main, node_settings, parse_args
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "slurm" / "sbatch"
 SCRIPTS = ["verl_single_node.sbatch", "verl_multi_node.sbatch"]
+AGENTS = "wandb_agents.sbatch"  # W&B sweep agents as an array job (sweeps without a server: sarl.launch.sweep)
 SMOKE = ["+exp=smoke", *smoke_small(), "logger=none", "heldout=null"]
 # the local cluster's shape instead of the scripts' H100 nodes (command-line options win over #SBATCH lines)
 LOCAL_CLUSTER = ["--partition=debug", "--gpus-per-node=0", "--cpus-per-task=2", "--mem=0", "--time=30"]
@@ -32,11 +33,30 @@ def directives(name):
     )
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", [*SCRIPTS, AGENTS])
 def test_every_sbatch_script_is_valid_bash(name):
     proc = subprocess.run(["bash", "-n", str(SBATCH / name)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in SBATCH.glob("*.sbatch")) == sorted(SCRIPTS)
+    assert sorted(p.name for p in SBATCH.glob("*.sbatch")) == sorted([*SCRIPTS, AGENTS])
+
+
+def test_the_agents_script_asks_for_one_run_s_resources_and_is_not_requeued():
+    launcher = OmegaConf.load(ROOT / "conf" / "launcher" / "slurm_h100.yaml")
+    d = directives(AGENTS)
+    assert d["partition"] == launcher.partition and int(d["time"]) == launcher.time_min
+    assert int(d["cpus-per-task"]) == launcher.cpus_per_task and d["mem"] == f"{launcher.mem_gb}G"
+    assert "#SBATCH --requeue" not in (SBATCH / AGENTS).read_text()
+
+
+def test_the_agents_script_outside_slurm_or_without_a_sweep_id_says_what_to_do(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(["bash", str(SBATCH / AGENTS)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "sbatch --array=0-N" in line and "python -m sarl.train -m sweep.name=" in line
+    env["SLURM_JOB_ID"] = "1"
+    proc = subprocess.run(["bash", str(SBATCH / AGENTS)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and line.startswith("wandb_agents.sbatch: no sweep id")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -200,3 +220,28 @@ def test_the_single_node_script_requeues_on_the_time_limit_signal_and_resumes(
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
     assert list(base.iterdir()) == [run]  # the requeued job found its own run directory (same job id)
     assert re.search(r"sarl\.train exited with 0\s*$", log)
+
+
+@pytest.mark.slow
+def test_an_array_of_wandb_agents_runs_one_agent_per_task(slurm_cluster, job_env, tmp_path):
+    """The W&B route up to the agent: `sbatch --array=0-2 wandb_agents.sbatch ID` on the local cluster starts three
+    array tasks, each running `wandb agent --count 1 ID` (a stand-in for wandb records its arguments; a real agent
+    needs a W&B server)."""
+    calls = tmp_path / "calls"
+    wandb = tmp_path / "wandb"
+    wandb.write_text(f'#!/bin/sh\necho "$SLURM_ARRAY_TASK_ID $*" >> "{calls}"\n')
+    wandb.chmod(0o755)
+    env = {**job_env, "SARL_WANDB": str(wandb)}
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--array=0-2", *LOCAL_CLUSTER, f"--output={tmp_path}/agent-%a.out",
+         str(SBATCH / AGENTS), "me/sarl/abc123"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+
+    def three():
+        return calls.exists() and len(calls.read_text().splitlines()) == 3
+
+    slurm_cluster.wait_until(job_id, three, 120, "the three agents did not run")
+    assert sorted(calls.read_text().splitlines()) == [f"{i} agent --count 1 me/sarl/abc123" for i in range(3)]
