@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,6 +87,40 @@ def check_disjoint(heldout: list[dict[str, Any]], train: list[dict[str, Any]], w
         raise ValueError(f"{where}: {len(shared)} held-out prompts are training prompts too, e.g. {shared[0][:80]!r}")
 
 
+class Progress:
+    """Generation's progress as lines, at most one every `every_s` seconds (no silence longer): the prompts done, the
+    current batch's new tokens against its cap, the time so far and the estimated time left. It is also the
+    `streamer` of `model.generate`, which calls `put` once per generated token position (the prompt first)."""
+
+    def __init__(self, label: str, total: int, max_new_tokens: int, every_s: float = 10.0, say: Any = None) -> None:
+        self.label, self.total, self.cap, self.every_s = label, total, max_new_tokens, every_s
+        self.say = say or log.info
+        self.start = self.last = time.monotonic()
+        self.done = self.batch = self.steps = 0
+
+    def begin(self, prompts: int) -> None:
+        self.batch, self.steps = prompts, -1  # the first put is the prompt itself
+
+    def put(self, value: Any) -> None:
+        self.steps += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self.say(self.line(now))
+
+    def end(self) -> None:
+        self.done += self.batch
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.start
+        share = (self.done + self.batch * min(1.0, max(0, self.steps) / max(1, self.cap))) / max(1, self.total)
+        eta = f", at most {elapsed / share - elapsed:.0f} s left" if share > 0 else ""
+        return (
+            f"{self.label}: {self.done}/{self.total} prompts done, {max(0, self.steps)}/{self.cap} new tokens of the "
+            f"next {self.batch}; {elapsed:.0f} s{eta}"
+        )
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -96,8 +131,10 @@ def generate(
     top_p: float = 1.0,
     seed: int = 0,
     batch_prompts: int = 8,
+    progress: Progress | None = None,
 ) -> list[list[tuple[str, int, bool]]]:
-    """`n` sampled responses per prompt: (text, number of tokens, cut at `max_new_tokens`)."""
+    """`n` sampled responses per prompt: (text, number of tokens, cut at `max_new_tokens`). `progress`: says how far
+    it is (a line every 10 s at most apart), without changing what is sampled."""
     import torch
 
     side = tokenizer.padding_side
@@ -112,8 +149,11 @@ def generate(
             texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in chunk]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             torch.manual_seed(seed + start)  # a prompt chunk's draws do not depend on the chunks before it
+            if progress is not None:
+                progress.begin(len(chunk))
             with torch.no_grad():
                 ids = model.generate(
+                    streamer=progress,
                     **enc,
                     do_sample=True,
                     temperature=temperature,
@@ -230,8 +270,10 @@ class HeldOut:
         if train_rows is not None:
             check_disjoint(self.rows, train_rows, str(path))
 
-    def _evaluate(self, model: Any, tokenizer: Any) -> list[Sample]:
+    def _evaluate(self, model: Any, tokenizer: Any, name: str = "held-out") -> list[Sample]:
         c = self.cfg
+        label = f"held-out {'before' if name == BEFORE_FILE else 'after'} training"
+        log.info("%s: sampling %d prompts x %d", label, len(self.rows), int(c.samples_per_prompt))
         responses = generate(
             model,
             tokenizer,
@@ -241,6 +283,7 @@ class HeldOut:
             temperature=float(c.temperature),
             top_p=float(c.get("top_p", 1.0)),
             seed=int(c.seed),
+            progress=Progress(label, len(self.rows), int(c.max_new_tokens)),
         )
         return measure(responses, [r["ground_truth"] for r in self.rows], self.reward)
 
@@ -249,7 +292,7 @@ class HeldOut:
         if reuse and path.is_file():
             log.info("held-out: reusing %s", path)
             return [Sample(**s) for s in json.loads(path.read_text())["samples"]]
-        samples = self._evaluate(model, tokenizer)
+        samples = self._evaluate(model, tokenizer, name)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"summary": summarize(samples), "samples": [asdict(s) for s in samples]}))
         tmp.replace(path)

@@ -104,3 +104,48 @@ def test_measure_on_real_structure_reward(tmp_path):
     assert [s.truncated for s in samples] == [False, True]
     assert [s.repeated_tags for s in samples] == [False, True]
     assert samples[0].n_steps == 3 and 0.0 <= samples[0].sr <= 1.5
+
+
+def test_progress_says_how_far_at_most_every_interval_with_what_is_left():
+    """No silent minute: a line at most `every_s` apart while tokens come, naming the prompts done, the batch's
+    new tokens against the cap, the time so far and an upper bound of the time left."""
+    from sarl.reports import heldout
+
+    clock = iter([0.0, 0.0, 3.0, 11.0, 12.0, 25.0, 40.0])
+    said: list[str] = []
+    real = heldout.time.monotonic
+    heldout.time.monotonic = lambda: next(clock)
+    try:
+        p = heldout.Progress("held-out before training", total=16, max_new_tokens=100, every_s=10.0, say=said.append)
+        p.begin(8)
+        for _ in range(4):  # the prompt, then 3 new tokens, at 3, 11 and 12 s
+            p.put(None)
+        p.end()
+        p.begin(8)
+        p.put(None)  # the prompt at 25 s: a line
+        p.put(None)  # 40 s: another
+    finally:
+        heldout.time.monotonic = real
+    assert len(said) == 3, said
+    assert said[0].startswith("held-out before training: 0/16 prompts done, 2/100 new tokens of the next 8; 11 s")
+    assert said[1].startswith("held-out before training: 8/16 prompts done, 0/100 new tokens of the next 8; 25 s")
+    assert said[1].endswith("at most 25 s left")  # half the prompts in 25 s: at most as long again
+
+
+def test_reporting_progress_changes_nothing_that_is_sampled(tiny_qwen3_dir):
+    """The streamer only counts: the same seed samples the same responses with and without it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from sarl.reports.heldout import Progress, generate
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_qwen3_dir))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen3_dir)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    prompts = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(3)]
+    kwargs = dict(n=2, max_new_tokens=8, temperature=1.0, seed=3, batch_prompts=2)
+    said: list[str] = []
+    plain = generate(model, tokenizer, prompts, **kwargs)
+    shown = generate(model, tokenizer, prompts, **kwargs, progress=Progress("t", 3, 8, every_s=0.0, say=said.append))
+    assert plain == shown and len(said) >= 2 and said[-1].startswith("t: 2/3 prompts done")
