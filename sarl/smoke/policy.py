@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from sarl.runtime.files import resolve_path
 
 log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 10.0  # at most this long without a line while the policy is built
 PROGRESS_LINES = 10  # warm-start progress lines per build
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -104,8 +105,11 @@ def build_tokenizer(texts: list[str], vocab_size: int, individual_digits: bool =
         else byte_level
     )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(  # no progress bars: off a terminal they print blank lines and nothing else
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(
@@ -151,6 +155,7 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
     losses = []
     order: list[int] = []
     start, every = time.monotonic(), max(1, steps // PROGRESS_LINES)
+    said = start
     for step in range(steps):
         if len(order) < bs:
             order = list(range(len(data)))
@@ -169,8 +174,10 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        if (step + 1) % every == 0 and step + 1 < steps:  # a build takes minutes on a laptop: say how far it is
-            elapsed = time.monotonic() - start
+        now = time.monotonic()
+        due = (step + 1) % every == 0 or now - said >= PROGRESS_EVERY_S  # never a silence of more than 10 s
+        if due and step + 1 < steps:  # a build takes minutes on a laptop: say how far it is
+            said, elapsed = now, now - start
             log.info(
                 "policy: warm start step %d/%d, loss %.3f, %.0f s so far, about %.0f s to go",
                 step + 1,
