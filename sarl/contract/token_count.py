@@ -9,11 +9,17 @@ as the papers do.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# A lone surrogate is no text a tokenizer takes (a fast tokenizer raises TypeError): model text can hold one, e.g. a GRP
+# node's content decoded from the JSON escape "\ud800" (sarl.formats.graph), so it is counted as U+FFFD, as
+# `sarl.structure.steps.sanitize` writes it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class TokenCounter:
-    """`counter(text) -> int`."""
+    """`counter(text) -> int`; total on model text (a lone surrogate counts as U+FFFD)."""
 
     def __init__(self, tokenizer: Any = None) -> None:
         self._spec = tokenizer
@@ -32,4 +38,8 @@ class TokenCounter:
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self._spec)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: U+FFFD in its place (above)
+            text = _SURROGATE.sub("\ufffd", text)
         return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -92,7 +92,7 @@ class Progress:
     current batch's new tokens against its cap, the time so far and the estimated time left. It is also the
     `streamer` of `model.generate`, which calls `put` once per generated token position (the prompt first)."""
 
-    def __init__(self, label: str, total: int, max_new_tokens: int, every_s: float = 10.0, say: Any = None) -> None:
+    def __init__(self, label: str, total: int, max_new_tokens: int, every_s: float = 8.0, say: Any = None) -> None:
         self.label, self.total, self.cap, self.every_s = label, total, max_new_tokens, every_s
         self.say = say or log.info
         self.start = self.last = time.monotonic()

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from sarl.runtime.files import resolve_path
 
 log = logging.getLogger(__name__)
-PROGRESS_EVERY_S = 10.0  # at most this long without a line while the policy is built
+PROGRESS_EVERY_S = 8.0  # a line after this long without one (a step more: under 10 s of silence)
 PROGRESS_LINES = 10  # warm-start progress lines per build
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -175,7 +175,7 @@ def warm_start(model, tokenizer, traces: list[dict], sft: dict[str, Any], seed: 
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         now = time.monotonic()
-        due = (step + 1) % every == 0 or now - said >= PROGRESS_EVERY_S  # never a silence of more than 10 s
+        due = (step + 1) % every == 0 or now - said >= PROGRESS_EVERY_S  # no silence of more than ~10 s
         if due and step + 1 < steps:  # a build takes minutes on a laptop: say how far it is
             said, elapsed = now, now - start
             log.info(
