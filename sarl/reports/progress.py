@@ -4,13 +4,17 @@ or, when it failed, the line that says why and the tail of the log.
 
 verl's file logger appends `{"step": N, "data": {metric: value}}` lines (the RL trainer's validation as a record of
 its own); `StepLines.poll` reads what was appended since its last call and says each step once, when its training
-metrics are there.
+metrics are there. Before the first step (minutes: Ray, the workers, the model, the rollout servers, the first
+validation), `PhaseLines.poll` says each start-up phase as verl's log shows it and, when nothing was said for
+`every_s` seconds, that the run is still at its last phase: no silence of more than ~10 s.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,3 +122,56 @@ def steps_table(rows: list[dict[str, Any]]) -> Any:
         cells = dict(step_cells(r))
         table.add_row(str(int(r["step"])), *("" if c not in cells else f"{cells[c]:.4g}" for c in columns))
     return table
+
+
+# verl's start-up, as its log says it (verl 0.9.1's RL trainer; the SFT trainer's lines where they differ)
+PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Ray is up", re.compile(r"Started a local Ray instance|Connected to Ray cluster")),
+    ("the data is loaded", re.compile(r"dataloader initialized|Total training steps")),
+    ("the model workers are starting", re.compile(r"create worker group")),
+    ("the policy (and reference) are loaded", re.compile(r"actor and ref model engine initialized")),
+    ("the rollout servers are starting", re.compile(r"checkpoint engine manager initialized|LLMServerManager")),
+    ("ready: the first validation or step", re.compile(r"all initialize finished|ready to fit")),
+)
+
+
+class PhaseLines:
+    """Follows verl's log from its current end: `poll()` says (via `say`) each start-up phase once, in order, and,
+    when nothing was said for `every_s` seconds (by this or by anything else that calls `heard()`), that the run is
+    still going, with its last phase and how long it has run."""
+
+    def __init__(self, path: Path, say: Callable[[str], None] = log.info, every_s: float = 8.0, clock=time.monotonic):
+        self.path, self.say, self.every_s, self.clock = Path(path), say, every_s, clock
+        self.start = self.last = clock()
+        self.seen: list[str] = []
+        self.news = ""
+        try:
+            self.offset = self.path.stat().st_size
+        except FileNotFoundError:
+            self.offset = 0
+
+    def heard(self, line: str = "") -> None:
+        """Something was said now (a step's line): the silence starts again, and the line is the run's latest news."""
+        self.last = self.clock()
+        self.news = line[:80] or self.news
+
+    def poll(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        self.offset += len(chunk)
+        text = chunk.decode("utf-8", "replace")
+        for name, pattern in PHASES:
+            if name not in self.seen and pattern.search(text):
+                self.seen.append(name)
+                self._say(f"verl: {name} ({self.clock() - self.start:.0f} s)")
+        if self.clock() - self.last >= self.every_s:
+            latest = self.news or (self.seen[-1] if self.seen else "starting")
+            self._say(f"verl: running, {self.clock() - self.start:.0f} s in; last: {latest} (its output: {self.path})")
+
+    def _say(self, line: str) -> None:
+        self.last = self.clock()
+        self.say(line)

@@ -70,3 +70,42 @@ def test_a_launched_command_writes_to_its_log_and_is_polled_until_it_ends(tmp_pa
     )
     assert rc == 3 and len(polls) >= 2  # while it ran, and once after
     assert out.read_text().splitlines() == ["==== earlier launch", "to stdout", "to stderr"]  # appended
+
+
+def test_verl_start_up_is_said_phase_by_phase_and_never_silent_for_long(tmp_path):
+    """Before the first step: each phase once, as verl's log shows it; a line when nothing was said for every_s
+    seconds (with the latest news: a step's line counts as news)."""
+    from sarl.reports.progress import PhaseLines
+
+    log = tmp_path / "verl.log"
+    log.write_text("==== launch line\\n")
+    now = [0.0]
+    said: list[str] = []
+    phases = PhaseLines(log, say=said.append, every_s=8.0, clock=lambda: now[0])
+    with log.open("a") as f:
+        f.write("INFO worker.py:2038 -- Started a local Ray instance.\\n")
+    now[0] = 3.0
+    phases.poll()
+    assert said == ["verl: Ray is up (3 s)"]
+    now[0] = 10.0
+    phases.poll()  # 7 s of silence: nothing yet
+    now[0] = 11.5
+    phases.poll()
+    assert said[-1].startswith("verl: running, 12 s in; last: Ray is up (its output: ")
+    with log.open("a") as f:
+        f.write("x INFO:...:train and validate dataloader initialized, train dataset size: 16\\n")
+        f.write("x INFO:...:create worker group dict_keys(['actor_rollout_ref'])\\n")
+        f.write("x INFO:...:all initialize finished, ready to fit\\n")
+    now[0] = 12.0
+    phases.poll()
+    assert said[-3:] == [
+        "verl: the data is loaded (12 s)",
+        "verl: the model workers are starting (12 s)",
+        "verl: ready: the first validation or step (12 s)",
+    ]
+    phases.heard("step 1/2: reward 0.25")
+    now[0] = 21.0
+    phases.poll()
+    assert said[-1].startswith("verl: running, 21 s in; last: step 1/2: reward 0.25")
+    phases.poll()  # said just now: nothing more
+    assert len(said) == 6

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from sarl.reports.figures import METRICS_FILE, read_metrics_history
-from sarl.reports.progress import VERL_LOG, StepLines, log_tail, steps_table, stop_line
+from sarl.reports.progress import VERL_LOG, PhaseLines, StepLines, log_tail, steps_table, stop_line
 from sarl.runtime.signals import run_in_own_group
 
 log = logging.getLogger("sarl.train")  # a part of `python -m sarl.train`: its lines keep that name
@@ -39,8 +39,19 @@ def run_verl_process(cmd: list[str], run_dir: Path, env: dict[str, str], total_s
     with output.open("a", encoding="utf-8") as f:  # a resumed run appends: each launch starts with this line
         f.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} sarl.train launches: {shlex.join(cmd)}\n")
     log.info("verl's output (Ray, its workers, the trainer) goes to %s; a line per step follows here", output)
-    steps = StepLines(run_dir / METRICS_FILE, total_steps, say=log.info)
-    rc = run_in_own_group(cmd, cwd=run_dir, env=env, output=output, poll=steps.poll)
+    phases = PhaseLines(output, say=log.info)
+
+    def said(line: str) -> None:
+        phases.heard(line)
+        log.info("%s", line)
+
+    steps = StepLines(run_dir / METRICS_FILE, total_steps, say=said)
+
+    def poll() -> None:  # every 2 s: the steps that arrived, the start-up's phases, no silence past ~10 s
+        steps.poll()
+        phases.poll()
+
+    rc = run_in_own_group(cmd, cwd=run_dir, env=env, output=output, poll=poll)
     if rc == 0:
         try:
             rows = read_metrics_history(run_dir / METRICS_FILE)
