@@ -405,10 +405,11 @@ def rl_run_dir(row: Row, root: Path) -> Path:
     return root / row.name / RL_STAGE if row.pipeline else root / row.name
 
 
-def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int:
+def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, grace_s: float = 120) -> int:
     """`python -m sarl.train ARGV` with its output in `log_path`. Past `timeout_s` it is interrupted
-    (SIGINT: sarl.train then stops verl's process group, which it started), killed 120 s later if still
-    there, and TimeoutError is raised."""
+    (SIGINT: sarl.train then stops verl's process group, which it started), its whole process group killed
+    `grace_s` later if still there, and TimeoutError is raised. Anything else that ends the wait (pytest-timeout's
+    exception, Ctrl-C) stops the process group the same way before it goes on: no run is left holding the GPUs."""
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sarl.train", *argv],
@@ -421,13 +422,25 @@ def run_train(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: f
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc, grace_s)
             raise TimeoutError(f"sarl.train ran past {timeout_s:.0f} s; log: {log_path}") from None
+        except BaseException:
+            stop_group(proc, grace_s)
+            raise
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT to the run (it stops what it started), then SIGKILL to its whole process group after `grace_s`."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left (a child that ignored the SIGINT)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def read_step_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:

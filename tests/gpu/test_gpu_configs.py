@@ -446,3 +446,56 @@ def test_the_metrics_reader_merges_the_lines_of_a_step(tmp_path, monkeypatch):
         "reward/sr/mean=None",
         "actor/entropy=None",
     ]
+
+
+def test_the_node_runs_own_timeout_fires_before_pytests():
+    """pytest's timeout (pyproject: 1,200 s) is below a GPU run's own (1,800 s): each GPU run test carries a pytest
+    timeout above its run's timeout plus the grace, so that the run's timeout fires first and stops the run."""
+    import ast
+
+    source = (Path(__file__).parent / "test_gpu_verl.py").read_text()
+    tree = ast.parse(source)
+    run_timeout = next(
+        n.value.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "RUN_TIMEOUT_S"
+    )
+    tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    runs = [t for t in tests if "run_and_check" in ast.unparse(t)]
+    assert runs
+    for test in runs:
+        marks = [ast.unparse(d) for d in test.decorator_list if "timeout" in ast.unparse(d)]
+        assert marks == ["pytest.mark.timeout(RUN_TIMEOUT_S + 300)"], (test.name, marks)
+    assert run_timeout + 300 > run_timeout + 120  # the grace run_train gives the run after its SIGINT
+
+
+def test_a_run_whose_wait_is_interrupted_leaves_no_process_behind(tmp_path, monkeypatch):
+    """pytest-timeout's exception (or Ctrl-C) raised while run_train waits: the run's whole process group is
+    stopped before the exception goes on (it held all 8 GPUs of the node before)."""
+    import signal
+    import subprocess
+    import sys
+
+    from gpu_runs import run_train
+
+    pids = tmp_path / "pids"
+    fake = tmp_path / "python"  # stands for `python -m sarl.train`: ignores SIGINT, and a child holds on too
+    fake.write_text(f"#!/bin/sh\ntrap '' INT\nsleep 600 &\necho $$ $! > {pids}\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+
+    class Timeout(Exception):
+        pass
+
+    def fire(signum, frame):
+        raise Timeout("pytest-timeout")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(2)
+    try:
+        with pytest.raises(Timeout):
+            run_train([], {"PATH": "/usr/bin:/bin"}, tmp_path / "run.log", timeout_s=600, grace_s=1)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    for pid in map(int, pids.read_text().split()):
+        state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+        assert state in ("", "Z"), f"process {pid} still there ({state})"

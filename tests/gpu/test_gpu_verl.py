@@ -118,12 +118,14 @@ def run_and_check(row, policy, data, tmp_path) -> dict:
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)  # the run's own timeout fires first and stops its process group
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_two_verl_steps_on_one_gpu(row, tiny_policy, smoke_parquet, tmp_path):
     run_and_check(row, tiny_policy, smoke_parquet, tmp_path)
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)  # the run's own timeout fires first and stops its process group
 @pytest.mark.parametrize("row", NODE_ROWS, ids=lambda r: r.name)
 def test_verl_steps_on_several_gpus(row, tmp_path, request):
     """grpo_sarl_tp2: a tensor-parallel-2 rollout and a 2-rank FSDP actor; grpo_sarl_node: grpo_sarl_math on 8
