@@ -6,7 +6,7 @@
 #   3. `sarl.preflight` of grpo_sarl_math on this node (stack, driver, GPUs, memory plan, embedding server);
 #   4. the one-GPU suite (`pytest -m gpu -k "not several_gpus"`);
 #   5. the several-GPU runs (tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus): a tensor-parallel-2
-#      rollout on 2 GPUs, then grpo_sarl_math on all 8 as the paper runs it (Qwen3-4B-Base, the embedding
+#      rollout on 2 GPUs, then grpo_sarl_math on all 8 as the paper runs it (Qwen3-4B, the embedding
 #      server at Qwen3-Embedding-0.6B), two steps.
 # Usage, from the checkout on a login node:
 #   srun --nodes=1 --gpus-per-node=8 --exclusive --time=03:00:00 [-p PARTITION] [-A ACCOUNT] scripts/gpu_session.sh
@@ -44,7 +44,7 @@ install() {
 inputs() {  # the paper row's data and models, as missing_paper_inputs names them
   "$PY" -m sarl.data.prepare dataset=aime_1983_2024 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
   "$PY" -m sarl.data.prepare dataset=aime25 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
-  "$VENV/bin/hf" download Qwen/Qwen3-4B-Base
+  "$VENV/bin/hf" download Qwen/Qwen3-4B  # grpo_sarl_math's model (conf/model/qwen3_4b.yaml, SARL Sec. 4.1)
   "$VENV/bin/hf" download Qwen/Qwen3-Embedding-0.6B
 }
 

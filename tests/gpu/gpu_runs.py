@@ -292,7 +292,7 @@ NODE_ROWS = (
     # a tensor-parallel-2 vLLM rollout and the FSDP actor sharded across two ranks, the per-rank weight sync
     # into the rollout: the tiny policy (2 attention heads, 1 KV head that vLLM replicates) on 2 GPUs
     Row("grpo_sarl_tp2", "grpo_sarl_math", ("reward/sr/mean", "reward/score/mean"), gpus=2, tensor_parallel=2),
-    # SARL Table 2's row on a whole node as the paper runs it: Qwen3-4B-Base, the aime_1983_2024 set, the vLLM
+    # SARL Table 2's row on a whole node as the paper runs it: Qwen3-4B, the aime_1983_2024 set, the vLLM
     # embedding server at Qwen3-Embedding-0.6B that sarl.train starts beside verl's rollout (SARL App. B.2),
     # the row's batch and lengths, STEPS steps
     Row(
@@ -324,9 +324,28 @@ def missing_paper_inputs(row: Row) -> str | None:
     missing = [f"python -m sarl.data.prepare dataset={cfg.data.name} paths.data_dir={paper_data_dir()}"]
     missing = missing if not all(Path(str(cfg.data[k])).is_file() for k in ("train_files", "val_files")) else []
     for model in (str(cfg.model.path), str(cfg.embedding.model)):
-        if find_model_config(model, allow_download=False) is None:
+        if find_model_config(model, allow_download=False) is None or not weights_cached(model):
             missing.append(f"hf download {model}")
     return f"{row.name} needs: {'; '.join(missing)} (scripts/gpu_session.sh does both)" if missing else None
+
+
+def weights_cached(model: str) -> bool:
+    """Whether a model's weights are here, not only its config.json: a local directory with weight files, or a
+    Hub id whose safetensors (every shard its index names) are in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from sarl.runtime.checkpoints import is_hf_model
+
+    if Path(model).expanduser().is_dir():
+        return is_hf_model(Path(model).expanduser())
+    single = try_to_load_from_cache(model, "model.safetensors")
+    if isinstance(single, str):
+        return True
+    index = try_to_load_from_cache(model, "model.safetensors.index.json")
+    if not isinstance(index, str):
+        return False
+    shards = set(json.loads(Path(index).read_text())["weight_map"].values())
+    return all(isinstance(try_to_load_from_cache(model, shard), str) for shard in shards)
 
 
 def paper_overrides(row: Row, root: Path) -> list[str]:

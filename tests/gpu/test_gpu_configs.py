@@ -7,6 +7,7 @@ metrics.jsonl."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,8 @@ def test_the_gpu_session_script_runs_the_suite_and_the_several_gpu_runs():
 
     for row in (r for r in NODE_ROWS if r.paper_models):
         cfg = compose_train_config([f"+exp={row.exp}"])[0]
-        assert f'hf" download {cfg.model.path}' in text and f'hf" download {cfg.embedding.model}' in text
+        downloads = re.findall(r'hf" download (\S+)', text)  # whole ids: Qwen/Qwen3-4B-Base is not Qwen/Qwen3-4B
+        assert sorted(downloads) == sorted({str(cfg.model.path), str(cfg.embedding.model)}), downloads
         for files in ("train_files", "val_files"):  # each set the row reads is prepared
             assert f"dataset={Path(str(cfg.data[files])).parent.name} " in text, files
         assert "sarl.preflight +exp=" + row.exp in text
@@ -499,3 +501,32 @@ def test_a_run_whose_wait_is_interrupted_leaves_no_process_behind(tmp_path, monk
     for pid in map(int, pids.read_text().split()):
         state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
         assert state in ("", "Z"), f"process {pid} still there ({state})"
+
+
+def test_a_paper_input_with_a_config_but_no_weights_is_missing(tmp_path, monkeypatch):
+    """A cached config.json is not a model: the node run would start offline with no weights."""
+    from gpu_runs import weights_cached
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert not weights_cached(str(model))
+    (model / "model.safetensors").write_bytes(b"x")
+    assert weights_cached(str(model))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = tmp_path / "hub" / "models--org--m" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "models--org--m" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--m" / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text("{}")
+    assert not weights_cached("org/m")
+    (snapshot / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}'
+    )
+    (snapshot / "s1.safetensors").write_bytes(b"x")
+    assert not weights_cached("org/m")  # a shard is missing
+    (snapshot / "s2.safetensors").write_bytes(b"x")
+    assert weights_cached("org/m")
