@@ -10,11 +10,27 @@
 #      server at Qwen3-Embedding-0.6B), two steps.
 # Usage, from the checkout on a login node:
 #   srun --nodes=1 --gpus-per-node=8 --exclusive --time=03:00:00 [-p PARTITION] [-A ACCOUNT] scripts/gpu_session.sh
-# SKIP_INSTALL=1 keeps an installed .venv-gpu; STEPS="4 5" runs only those steps.
+# SKIP_INSTALL=1 keeps an installed .venv-gpu; STEPS="4 5" runs only those steps; SARL_PYTHON: the Python 3.11 that
+# makes .venv-gpu (default python3.11 on PATH; the lock is resolved for 3.11, step 1 says how to get it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-gpu}
 STEPS=${STEPS:-"1 2 3 4 5"}
+PYTHON=${SARL_PYTHON:-python3.11}  # requirements/gpu.lock is resolved for Python 3.11 (numpy 2.3, pandas 3.1: >= 3.11)
+
+check_python() {  # before anything is written: one line naming how to get Python 3.11 when it is not here
+  local version
+  if ! version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
+    echo "gpu_session.sh: no Python 3.11 here ($PYTHON not found): the lock is resolved for 3.11; get it with \`module load python/3.11\` (most clusters), \`uv python install 3.11\` or \`conda create -p .py311 python=3.11\`, then SARL_PYTHON=/path/to/python3.11" >&2
+    exit 2
+  fi
+  if [ "$version" != "3.11" ]; then
+    echo "gpu_session.sh: $PYTHON is Python $version; requirements/gpu.lock is resolved for 3.11: set SARL_PYTHON to a Python 3.11 (\`module load python/3.11\`, \`uv python install 3.11\`)" >&2
+    exit 2
+  fi
+}
+
+case " $STEPS " in *" 1 "*) [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$VENV/bin/python" ] || check_python ;; esac
 OUT="runs/gpu_session/$(date +%Y-%m-%d_%H-%M-%S)"
 mkdir -p "$OUT"
 export SARL_GPU_TEST_DATA_DIR=${SARL_GPU_TEST_DATA_DIR:-$PWD/data}
@@ -36,7 +52,7 @@ step() {  # step NUMBER NAME COMMAND...: run it, its output in $OUT/NUMBER_NAME.
 
 install() {
   [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$PY" ] && return 0
-  [ -x "$PY" ] || python3 -m venv "$VENV"
+  [ -x "$PY" ] || "$PYTHON" -m venv "$VENV"
   "$PY" -m pip install -q --upgrade pip
   "$PY" -m pip install -q -r requirements/gpu.lock && "$PY" -m pip install -q --no-deps -e .
 }

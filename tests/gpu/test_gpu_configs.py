@@ -530,3 +530,24 @@ def test_a_paper_input_with_a_config_but_no_weights_is_missing(tmp_path, monkeyp
     assert not weights_cached("org/m")  # a shard is missing
     (snapshot / "s2.safetensors").write_bytes(b"x")
     assert weights_cached("org/m")
+
+
+@pytest.mark.parametrize("found", ["none", "3.10"])
+def test_the_session_checks_its_python_first_and_says_how_to_get_3_11(found, tmp_path):
+    """The lock is resolved for Python 3.11: without it (RHEL 9 has 3.9, Ubuntu 22.04 3.10) step 1 stops at once,
+    with one line naming how to get it, before anything is written."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STEPS": "1"}
+    if found == "3.10":
+        fake = tmp_path / "python3.10"
+        fake.write_text("#!/bin/sh\necho 3.10\n")
+        fake.chmod(0o755)
+        env["SARL_PYTHON"] = str(fake)
+    else:
+        env["SARL_PYTHON"] = "python3.11-not-here"
+    before = set((REPO / "runs").glob("gpu_session/*")) if (REPO / "runs").exists() else set()
+    proc = subprocess.run(["bash", str(SESSION_SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and line.startswith("gpu_session.sh: ") and "python/3.11" in line, proc.stderr
+    assert ("is Python 3.10" in line) if found == "3.10" else ("no Python 3.11 here" in line)
+    after = set((REPO / "runs").glob("gpu_session/*")) if (REPO / "runs").exists() else set()
+    assert after == before  # nothing written
