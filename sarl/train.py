@@ -67,11 +67,42 @@ class UnsupportedOnBackend(RuntimeError):
     on verl, a TRL limit, a reward class that cannot be imported, verl missing): exit 2 with the reason."""
 
 
+SAMPLES = "pkg://sarl.samples/"  # the hand-written sample sets shipped in the package (sarl/samples/)
+
+
+def shipped_sample(cfg: DictConfig) -> tuple[str, str] | None:
+    """(data key, value) of a data file of the run that is one of the package's sample sets, or None."""
+    for key in ("sft_files", "train_files", "trl_train_files", "dpo_files"):
+        value = cfg.data.get(key)
+        if isinstance(value, str) and value.startswith(SAMPLES):
+            return f"data.{key}", value
+    return None
+
+
+def is_paper_row(cfg: DictConfig, choices: dict[str, Any]) -> bool:
+    """A row that reproduces a paper's table or figure: a conf/exp/*_paper.yaml file, or one naming a table."""
+    paper = cfg.get("paper") or {}
+    return str(choices.get("exp") or "").endswith("_paper") or bool(paper.get("tables"))
+
+
 def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
     """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
     from sarl.structure.embed.hidden import asks_for_live_policy  # deferred: imports numba and scipy
 
     backend, algorithm = cfg.backend.name, cfg.algorithm.name
+    sample = shipped_sample(cfg)
+    if (
+        sample
+        and is_paper_row(cfg, choices)
+        and not (cfg.backend.get("cpu") or cfg.train.dry_run or cfg.model.get("build"))
+    ):
+        key, value = sample
+        raise UserError(
+            f"{key}={value} is the handful of sample traces shipped with the package, not the paper's set: a paper "
+            f"row ({choices.get('exp')}) on {backend} would train on them silently. Write the full set first "
+            f"({cfg.data.get('synthesize_hint') or 'python -m sarl.data.synthesize, docs/synthesize.md'}) and pass "
+            f"{key}=PATH; the samples serve backend=verl_cpu, dry runs and the tiny test policy"
+        )
     if cfg.data.get("role") == "eval":
         raise UnsupportedOnBackend(
             f"data={choices.get('data')} is an evaluation benchmark (role: eval), not a training set; "

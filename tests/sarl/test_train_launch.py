@@ -242,3 +242,24 @@ def test_rollout_tensor_parallelism_fits_the_node(tmp_path):
     assert tp("backend.rollout_tensor_parallel_size=4") == 4
     with pytest.raises(ValueError, match="must divide train.n_gpus_per_node=8"):
         tp("backend.rollout_tensor_parallel_size=3")
+
+
+def test_a_paper_row_refuses_the_shipped_sample_traces_on_a_real_back_end():
+    """lcs_paper's SFT stage on the package's 6 sample traces would pass every size check on a cluster and train
+    12 steps, then RL from that: refused with the command that writes the full set; the samples still serve
+    backend=verl_cpu, dry runs and the tiny test policy, and a full set passed by path is taken."""
+    from sarl.launch.compose import compose_train_config
+    from sarl.launch.pipeline import stages_of
+    from sarl.runtime.errors import UserError
+    from sarl.train import check_supported
+
+    for row, recipe in (("lcs_paper", "structured"), ("grp_math_paper", "grp_math"), ("grp_code_paper", "grp_code")):
+        top, _ = compose_train_config([f"+exp={row}"])
+        (sft,) = [s for s in stages_of(top) if s["name"] == "sft"]
+        base = [f"+exp={row}", *sft["overrides"], "pipeline=null"]
+        cfg, choices = compose_train_config(base)
+        with pytest.raises(UserError, match=rf"sample traces .* recipe={recipe}\) and pass data.sft_files=PATH"):
+            check_supported(cfg, choices)
+        for allowed in (["backend=verl_cpu"], ["train.dry_run=true"], ["data.sft_files=/data/full.jsonl"]):
+            cfg, choices = compose_train_config([*base, *allowed])
+            check_supported(cfg, choices)
