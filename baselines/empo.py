@@ -39,8 +39,9 @@ def final_answer_text(text: str, answer_in_unclosed_think: bool = False) -> str 
     """The final answer of an open-ended response (`eval.grading.extract.strip_thinking`, the rule of the math
     answers): the text after the last `</think>`; the whole response if it has no think tags; None if the
     thinking never closed (truncated; the whole response with `answer_in_unclosed_think`) or the answer is
-    empty."""
-    return strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think) or None
+    empty, also once sanitised (control characters only: no text to embed, `sarl.structure.steps.sanitize`)."""
+    answer = strip_thinking(text, answer_in_unclosed_think=answer_in_unclosed_think)
+    return answer if sanitize(answer)[0].strip() else None
 
 
 def single_linkage_clusters(vectors: np.ndarray, threshold: float) -> list[int]:

@@ -118,7 +118,8 @@ def graph_rewards(parse: GraphParse, count_tokens: Any = None, start: str = "fir
 
     kar = [n for n in nodes if n.label in ("known", "aggregate", "refine")]
     r_topo = 0.0 if cycle else (float(np.mean([phi(n) for n in kar])) if kar else 1.0)  # Eq. (4)
-    r_para = float(np.mean([not any(p in set(b) for nid in b for p in parents[nid]) for b in parse.blocks]))  # Eq. (6)
+    blocks = [(b, set(b)) for b in parse.blocks]  # each block's members built once: linear in its size, not quadratic
+    r_para = float(np.mean([not any(p in m for nid in b for p in parents[nid]) for b, m in blocks]))  # Eq. (6)
     r_fmt = (r_dens + r_topo + r_para) / 3.0  # Eq. (2)
     r_conn = 1.0 / nx.number_weakly_connected_components(g)  # Eq. (7)
 

@@ -41,23 +41,37 @@ from sarl.formats.tags import format_score, parse_structured
 
 def lcs_matches(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
     """Index pairs (k_a, k_b) of a longest common subsequence of `a` and `b` ("" matches nothing), in order.
-    Standard DP (Structured Reasoning Sec. 4.3, O(|a| |b|)); ties as in the module docstring."""
+
+    The standard DP table dp[i][j] (Structured Reasoning Sec. 4.3), each row computed bit-parallel (Hyyro's
+    bit-vector LCS): row i is one integer whose bit j is set when dp[i][j + 1] = dp[i][j], so dp[i][j] is j less
+    the set bits below j. A few integer operations of |b| bits per row instead of |b| Python steps: a response of
+    10,000 steps against another costs milliseconds, not seconds. The backtracking reads the same table; ties as in the
+    module docstring."""
     n, m = len(a), len(b)
-    dp = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        ai, row, prev = a[i - 1], dp[i], dp[i - 1]
-        for j in range(1, m + 1):
-            if ai and ai == b[j - 1]:
-                row[j] = prev[j - 1] + 1
-            else:
-                row[j] = max(prev[j], row[j - 1])
+    if not n or not m:
+        return []
+    full = (1 << m) - 1
+    where: dict[str, int] = {}  # tag -> the bits of b's steps with that tag
+    for j, tag in enumerate(b):
+        if tag:
+            where[tag] = where.get(tag, 0) | (1 << j)
+    rows = [full]  # dp[0][j] = 0: no increase anywhere
+    v = full
+    for tag in a:
+        u = v & where.get(tag, 0) if tag else 0
+        v = ((v + u) | (v - u)) & full  # v - u = v & ~match (u is a subset of v)
+        rows.append(v)
+
+    def dp(i: int, j: int) -> int:
+        return j - (rows[i] & ((1 << j) - 1)).bit_count()
+
     pairs = []
     i, j = n, m
     while i > 0 and j > 0:
         if a[i - 1] and a[i - 1] == b[j - 1]:
             pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
-        elif dp[i - 1][j] >= dp[i][j - 1]:
+        elif dp(i - 1, j) >= dp(i, j - 1):
             i -= 1
         else:
             j -= 1

@@ -41,6 +41,14 @@ def step_attention(attn: Any, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     return out.T.numpy()  # A[i, j]
 
 
+class SequenceTooLong(ValueError):
+    """The prompt and response together have more tokens than `StepAttention.max_tokens` (`tokens`: how many)."""
+
+    def __init__(self, tokens: int, max_tokens: int) -> None:
+        super().__init__(f"sequence of {tokens} tokens exceeds max_tokens={max_tokens}")
+        self.tokens = tokens
+
+
 def default_device() -> str:
     """Where the attention model goes when `device` is not given: GPU 0 of the process's visible GPUs where
     CUDA is available, else the CPU. In verl's reward worker, or its trainer for a group reward (Ray actors
@@ -159,6 +167,10 @@ class StepAttention:
     def _template(self, messages: list[dict]) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    def count_tokens(self, text: str) -> int:
+        """The tokens of `text` as the pass tokenizes it (a prefix: the prompt's share of `max_tokens`)."""
+        return len(self.tokenizer(text, add_special_tokens=not self.use_chat_template, truncation=False)["input_ids"])
+
     def token_spans(self, text: str, node_starts: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of `text` and each node's token range: node k owns the tokens whose first character
         lies in [node_starts[k], node_starts[k + 1]) (the last node: to the end); node_starts[0] = 0."""
@@ -181,7 +193,7 @@ class StepAttention:
         torch = self._torch
         ids, spans = self.token_spans(text, node_starts)
         if len(ids) > self.max_tokens:
-            raise ValueError(f"sequence of {len(ids)} tokens exceeds max_tokens={self.max_tokens}")
+            raise SequenceTooLong(len(ids), self.max_tokens)
         layers = _decoder_layers(self.model)
         total = np.zeros((len(spans), len(spans)))
         seen: list[int] = []

@@ -7,7 +7,7 @@ import logging
 from typing import Any, Sequence
 
 from baselines.ground_truth import GroundTruthReward
-from baselines.maxflow.attention import StepAttention
+from baselines.maxflow.attention import SequenceTooLong, StepAttention
 from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance, step_importance
 from eval.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
@@ -24,8 +24,11 @@ class MaxFlowReward(RewardFunction):
     `model`/`tokenizer`: the policy checkpoint whose attention builds the graph (`StepAttention`), or a
     ready `StepAttention` as `attention`. Diagnostics: `acc`, `format`, `r_maxflow`, `Q` (correct answers),
     `F` (max flow), `n_steps`, `n_edges`, `no_answer`, `answer_is_last_step`, `untagged_prefix`,
-    `truncated`. A row whose gold answer is missing or whose attention pass fails scores `failed_score` and
-    says why in `failed`.
+    `truncated`, `over_max_tokens`. A row whose gold answer is missing or whose attention pass fails scores
+    `failed_score` and says why in `failed`. A correct response that makes prompt + response longer than
+    `max_tokens` is scored, not failed: Q = 0, the bottom of the correct band (as for a graph with fewer than 2
+    intermediate nodes), flagged `over_max_tokens` (its batch mean is their share); only a prompt that alone
+    leaves no room for a response fails the row (the configuration's limit, not the response's doing).
 
     The model is loaded once, when the reward is built. If it cannot be (a wrong path, no memory left on its
     GPU), building still succeeds, once: `check_ready()` names the error, and every row of every batch fails
@@ -45,6 +48,7 @@ class MaxFlowReward(RewardFunction):
         "answer_is_last_step",
         "untagged_prefix",
         "truncated",
+        "over_max_tokens",
     )
     # node 0 of the graph is the prompt: a backend must hand this reward the prompt text
     # (sarl.backends.verl.reward.compute_score fails a row whose extra_info lacks it)
@@ -116,6 +120,7 @@ class MaxFlowReward(RewardFunction):
             "no_answer": graded.diagnostics.get("no_answer", 1.0),
             "untagged_prefix": float(parsed.untagged_prefix),
             "truncated": float(parsed.truncated),
+            "over_max_tokens": 0.0,
         }
         if graded.failed:
             return RewardOutput(self.failed_score, diag, graded.failed)
@@ -126,6 +131,16 @@ class MaxFlowReward(RewardFunction):
             return RewardOutput(self.maxflow_weight * -1.0 + self.format_weight * fmt, diag)
         try:
             q, flow, n_edges, last_step = self._quality(prompt, parsed)
+        except SequenceTooLong as err:
+            prompt_tokens = self.attention.count_tokens(self.attention.prefix(prompt))
+            if prompt_tokens >= self.attention.max_tokens:  # no room for any response: the configuration's limit
+                reason = f"the prompt alone has {prompt_tokens} tokens, max_tokens={self.attention.max_tokens}"
+                return RewardOutput(self.failed_score, diag, f"attention pass failed: {reason}")
+            # the response made it too long: the bottom of the correct band (Q = 0), counted, never a mask
+            log.info("MaxFlow reward: %s; scored Q = 0 (over_max_tokens)", err)
+            diag.update({"r_maxflow": 0.0, "Q": 0.0, "over_max_tokens": 1.0})
+            diag["answer_is_last_step"] = float(parsed.answer_start is None)
+            return RewardOutput(self.maxflow_weight * 0.0 + self.format_weight * fmt, diag)
         except Exception as err:  # the model pass must not take the run down; the row says why
             return RewardOutput(self.failed_score, diag, f"attention pass failed: {type(err).__name__}: {err}")
         diag.update({"r_maxflow": q, "Q": q, "F": flow, "n_edges": float(n_edges)})

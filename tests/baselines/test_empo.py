@@ -92,6 +92,7 @@ def test_final_answer_text():
     assert final_answer_text("no tags at all") == "no tags at all"
     assert final_answer_text("<think>never closed") is None
     assert final_answer_text("<think>a</think>   ") is None
+    assert final_answer_text("<think>a</think>\x00\x01\x7f") is None  # nothing once sanitised: nothing to embed
 
 
 def test_options_are_checked():

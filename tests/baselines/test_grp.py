@@ -181,6 +181,16 @@ def test_ers_ratio_counts_the_policys_tokens():
     assert reward.count_tokens("x + y = 10") == 10
 
 
+def test_a_node_escaping_a_lone_surrogate_is_counted_not_raised_on(byte_tokenizer):
+    """A node line is JSON: the ASCII escape "\\ud800" decodes to a lone surrogate, which a fast tokenizer refuses
+    (TypeError, the whole batch's reward failed); the count reads it as U+FFFD (sarl.contract.token_count)."""
+    parse = parse_graph(response([("known", [(1, [], "a \ud800 b")])]))
+    assert parse.error is None and parse.nodes[0].content == "a \ud800 b"
+    count = TokenCounter(byte_tokenizer)
+    assert count("a \ud800 b") == count("a \ufffd b") > 0
+    assert graph_rewards(parse, count)["R_ers"] == 1.0
+
+
 def test_rows_count_tokens_with_their_policys_tokenizer():
     """conf/reward/grp.yaml: the tokenizer is the row's model (in a pipeline, the SFT checkpoint the RL stage
     starts from); without a model group (sarl.score) whitespace words."""

@@ -125,6 +125,37 @@ def test_lcs_by_dynamic_programming_and_its_tie_rule():
     assert weighted_lcs_share(["x", "y"], [1, 9], ["y", "x"], [9, 1]) == pytest.approx(0.5 * 1 / 10)
 
 
+def dp_matches(a, b):
+    """The LCS pairs by the plain O(|a| |b|) DP table and the module's tie rule: the reference of `lcs_matches`."""
+    n, m = len(a), len(b)
+    dp = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            dp[i][j] = dp[i - 1][j - 1] + 1 if a[i - 1] and a[i - 1] == b[j - 1] else max(dp[i - 1][j], dp[i][j - 1])
+    pairs, i, j = [], n, m
+    while i > 0 and j > 0:
+        if a[i - 1] and a[i - 1] == b[j - 1]:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif dp[i - 1][j] >= dp[i][j - 1]:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def test_bit_parallel_lcs_reads_the_dp_table_and_keeps_its_tie_rule():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        alphabet = ["", *TAGS[: rng.integers(1, 6)]]  # few tags: many ties
+        a, b = ([str(t) for t in rng.choice(alphabet, size=rng.integers(0, 30))] for _ in range(2))
+        assert lcs_matches(a, b) == dp_matches(a, b), (a, b)
+    a, b = ([str(t) for t in rng.choice(["", *TAGS], size=300)] for _ in range(2))
+    assert lcs_matches(a, b) == dp_matches(a, b)
+    long = lcs_matches(["verify"] * 10_000, ["verify", "summarize"] * 5_000)  # 10^8 cells: a few ms
+    assert long == [(k, 2 * k) for k in range(5_000)]
+
+
 def test_pair_score_cases():
     assert pair_score(0.3, True, True) == 0.3
     assert pair_score(0.3, False, False) == -0.3

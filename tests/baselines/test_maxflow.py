@@ -399,6 +399,23 @@ def test_reward_end_to_end_on_the_tiny_policy(tiny_qwen3, grader):
     assert o.score == pytest.approx(2 * o.diagnostics["Q"] + 1.0)
 
 
+def test_a_response_past_max_tokens_scores_q_zero_and_only_a_prompt_past_it_fails(tiny_qwen3, grader):
+    """The response's length is the response's doing: Q = 0, the bottom of the correct band, flagged and never a mask
+    (a masked row has no advantage: the policy could switch off its own reward); a prompt that alone fills max_tokens
+    is the configuration's limit and fails the row."""
+    path, _, _ = tiny_qwen3
+    reward = MaxFlowReward(path, layers=[0, 1], device="cpu", grader=grader)
+    reward.attention.max_tokens = reward.attention.count_tokens(reward.attention.prefix("Q")) + 5
+    long = RESPONSE.replace("the sum is 5.", "the sum is 5. " * 50)
+    batch = RolloutBatch(prompts=["Q"] * 2, responses=[long.replace("{5}", "{6}"), long], ground_truths=["5"] * 2)
+    wrong, over = reward(batch)
+    assert over.failed is None and over.score == 1.0  # 2 * Q + format, Q = 0
+    assert over.diagnostics["over_max_tokens"] == 1.0 and over.diagnostics["Q"] == over.diagnostics["r_maxflow"] == 0.0
+    assert wrong.diagnostics["over_max_tokens"] == 0.0 and wrong.score == -2.0 + 1.0  # no pass for a wrong answer
+    (failed,) = reward(RolloutBatch(prompts=["Q " * 50], responses=[long], ground_truths=["5"]))
+    assert failed.failed.startswith("attention pass failed: the prompt alone has ") and failed.score == 0.0
+
+
 def test_a_model_that_cannot_be_loaded_fails_every_row_with_the_reason(grader, tmp_path, caplog):
     """Not an exception on every call (verl would mark the group failed and sample it again, forever): the reward
     is built once, says why it cannot run, and every row fails with that reason, counted."""
