@@ -73,6 +73,7 @@ class Judge:
     ever runs in it; a judge that died, timed out or gave no verdict is closed and the next job gets a new one."""
 
     def __init__(self, box: Any) -> None:
+        self.owner = os.getpid()
         self.dir = tempfile.mkdtemp(prefix="sarl-judge-")
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -154,14 +155,20 @@ class Judge:
 
     def __del__(self) -> None:  # a worker thread's judge when the thread ends
         try:
-            self.close()
+            if self.owner == os.getpid():
+                self.close()
         except Exception:
             pass
 
 
 def close_judges() -> None:
+    """Stop every judge of this process (at exit: a judge would end by itself on its closed socket, later)."""
     for judge in list(_JUDGES):
-        judge.close()
+        if judge.owner == os.getpid():  # a forked child's copy is not its to stop
+            judge.close()
+
+
+atexit.register(close_judges)
 
 
 class ProgramRun:

@@ -108,7 +108,7 @@ def expand(args: list[str]) -> list[list[str]]:
     points = []
     for combo in itertools.product(*axes.values()):
         pairs = dict(zip(axes, combo))
-        label = ",".join(f"{k.lstrip('+')}={pairs[k]}" for k in labelled) or "default"
+        label = point_label({k: pairs[k] for k in labelled}) or "default"
         points.append(
             [
                 *(f"{k}={v}" for k, v in pairs.items()),
