@@ -85,11 +85,10 @@ def is_paper_row(cfg: DictConfig, choices: dict[str, Any]) -> bool:
     return str(choices.get("exp") or "").endswith("_paper") or bool(paper.get("tables"))
 
 
-def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
-    """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
-    from sarl.structure.embed.hidden import asks_for_live_policy  # deferred: imports numba and scipy
-
-    backend, algorithm = cfg.backend.name, cfg.algorithm.name
+def check_paper_data(cfg: DictConfig, choices: dict[str, Any]) -> None:
+    """Before a real run: a paper row does not train on the package's sample sets (they serve backend=verl_cpu,
+    dry runs and the tiny test policy), which would pass every size check on a cluster and train silently."""
+    backend = cfg.backend.name
     sample = shipped_sample(cfg)
     if (
         sample
@@ -103,6 +102,13 @@ def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
             f"({cfg.data.get('synthesize_hint') or 'python -m sarl.data.synthesize, docs/synthesize.md'}) and pass "
             f"{key}=PATH; the samples serve backend=verl_cpu, dry runs and the tiny test policy"
         )
+
+
+def check_supported(cfg: DictConfig, choices: dict[str, Any]) -> None:
+    """Fail at once, with the reason and what to choose instead, for a row the chosen back end cannot run."""
+    from sarl.structure.embed.hidden import asks_for_live_policy  # deferred: imports numba and scipy
+
+    backend, algorithm = cfg.backend.name, cfg.algorithm.name
     if cfg.data.get("role") == "eval":
         raise UnsupportedOnBackend(
             f"data={choices.get('data')} is an evaluation benchmark (role: eval), not a training set; "
@@ -163,6 +169,7 @@ def run(
         if stage_overrides:
             raise UserError(f"STAGE:key=value overrides ({', '.join(stage_overrides)}) need an exp with a pipeline")
         check_supported(cfg, choices)
+        check_paper_data(cfg, choices)
     if cfg.launcher.name != "local":  # submit this same command (slurm/launcher.py); a dry run shows the job
         staged = [f"{k}:{o}" for k, items in (stage_overrides or {}).items() for o in items]
         argv = launcher.train_argv([*(overrides or []), *staged], cfg)

@@ -251,7 +251,7 @@ def test_a_paper_row_refuses_the_shipped_sample_traces_on_a_real_back_end():
     from sarl.launch.compose import compose_train_config
     from sarl.launch.pipeline import stages_of
     from sarl.runtime.errors import UserError
-    from sarl.train import check_supported
+    from sarl.train import check_paper_data
 
     for row, recipe in (("lcs_paper", "structured"), ("grp_math_paper", "grp_math"), ("grp_code_paper", "grp_code")):
         top, _ = compose_train_config([f"+exp={row}"])
@@ -259,7 +259,7 @@ def test_a_paper_row_refuses_the_shipped_sample_traces_on_a_real_back_end():
         base = [f"+exp={row}", *sft["overrides"], "pipeline=null"]
         cfg, choices = compose_train_config(base)
         with pytest.raises(UserError, match=rf"sample traces .* recipe={recipe}\) and pass data.sft_files=PATH"):
-            check_supported(cfg, choices)
+            check_paper_data(cfg, choices)
         for allowed in (["backend=verl_cpu"], ["train.dry_run=true"], ["data.sft_files=/data/full.jsonl"]):
             cfg, choices = compose_train_config([*base, *allowed])
-            check_supported(cfg, choices)
+            check_paper_data(cfg, choices)
