@@ -6,11 +6,11 @@ every epoch (with `train.shuffle: false`, the same prompts every epoch); it trai
 steps, or `trainer.total_training_steps` when set (the learning-rate schedule's length; the loop still stops after
 the epochs). Each step updates the actor once per PPO mini-batch: `train_batch_size / ppo_mini_batch_size` times
 (verl's `ppo_epochs` is 1 here). The dry run prints this plan (`sarl.train ... train.dry_run=true`), the preflight
-sizes the run's checkpoints by it, and `tests/sarl/test_dry_run_configs.py` holds every paper row's number.
+sizes the run's checkpoints by it, and `tests/sarl/backends/test_verl_steps.py` holds every verl paper row's number.
 
 The prompt count is the prepared training file's, else the data config's `expected_count` times its `repeat` (the
-set as `sarl.data.prepare` will write it), less nothing: prompts longer than `train.max_prompt_length` are
-filtered by verl at start-up and are not counted here.
+set as `sarl.data.prepare` will write it); prompts longer than `train.max_prompt_length`, which verl filters out at
+start-up, are not subtracted.
 """
 
 from __future__ import annotations
