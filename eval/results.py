@@ -15,7 +15,7 @@ from eval.grading.scores import avg_at_k
 from eval.metrics import mean_std
 from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES, category_scores, task_categories, wb_score_macro
 from sarl.runtime.errors import UserError
-from sarl.runtime.runs import wandb_offline_unless_logged_in
+from sarl.runtime.runs import wandb_offline_when_unusable
 
 if TYPE_CHECKING:
     from eval.data import Problem
@@ -496,7 +496,7 @@ def log_to_training_run(logger_cfg: Mapping[str, Any], results: Mapping[str, Any
     import wandb
 
     env = dict(os.environ)
-    wandb_offline_unless_logged_in(env)
+    wandb_offline_when_unusable(env)
     protocol = (results.get("protocol") or {}).get("name", "sarl")
     run = wandb.init(
         id=str(run_id),
@@ -547,7 +547,7 @@ def log_wandb(
     import wandb
 
     env = dict(os.environ)
-    wandb_offline_unless_logged_in(env)  # offline without an API key
+    wandb_offline_when_unusable(env)  # offline without an API key or a reachable server
     run = wandb.init(
         project=logger_cfg.get("project"),
         entity=logger_cfg.get("entity"),

@@ -115,7 +115,10 @@ def preflight(cfg: DictConfig, choices: dict[str, Any], overrides: list[str] | N
     experiment = experiment_name(choices)
     run_dir = resolve_run_dir(cfg, experiment)
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
-    checks = [check_gpus(cfg), *verl_preflight.check_stack(), check_attention(str(cfg.backend.attn_implementation))]
+    if cfg.backend.get("cpu", False):  # backend=verl_cpu: the CPU stack, no GPU
+        checks = [*verl_preflight.check_cpu_stack(), check_attention(str(cfg.backend.attn_implementation))]
+    else:
+        checks = [check_gpus(cfg), *verl_preflight.check_stack(), check_attention(str(cfg.backend.attn_implementation))]
     stages = sft_stage_checks(cfg, overrides or [], run_dir, experiment)
     if cfg.algorithm.name == "sft":  # verl's SFT trainer: no rollout, no reward
         return [

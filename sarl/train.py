@@ -40,6 +40,7 @@ from sarl.runtime.hub import offline_if_unreachable, offline_note
 from sarl.runtime.runs import (
     dry_run_command,
     experiment_name,
+    node_env,
     patched_environ,
     resolve_run_dir,
     run_record,
@@ -281,8 +282,10 @@ def run_verl(cfg: DictConfig, choices: dict[str, Any], experiment: str, run_dir:
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     server = planned_embedding_server(cfg, reward_cfg)  # its URL goes into verl's config
     check_reward_endpoints(cfg, reward_cfg)
-    wandb_vars = wandb_env(cfg, experiment, run_dir)
-    verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment, env_vars=wandb_vars)
+    run_vars = wandb_env(cfg, experiment, run_dir, probe_host=not cfg.train.dry_run)
+    if not cfg.train.dry_run:  # this node's settings (the Hub's offline mode, the collectives' interface)
+        run_vars = {**node_env(), **run_vars}
+    verl_cfg = build_verl_config(cfg, reward_cfg, str(run_dir), experiment, env_vars=run_vars)
     validate_verl_config(verl_cfg)
     cmd = launch_command(run_dir, cfg.backend.entry_module)
     plan = step_plan(cfg)

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# The first GPU session, in one command on one 8-GPU node (docs/gpu.md section 3: estimated 1.5-2.5 hours,
-# not yet measured), each step's output in runs/gpu_session/<date>_<time>/:
-#   1. the stack: requirements/gpu.lock (the versions CI tests) and this package in .venv-gpu;
-#   2. the paper row's inputs: its data prepared, its policy and embedding model downloaded;
-#   3. `sarl.preflight` of grpo_sarl_math on this node (stack, driver, GPUs, memory plan, embedding server);
-#   4. the one-GPU suite (`pytest -m gpu -k "not several_gpus"`);
-#   5. the several-GPU runs (tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus): a tensor-parallel-2
-#      rollout on 2 GPUs, then grpo_sarl_math on all 8 as the paper runs it (Qwen3-4B, the embedding
-#      server at Qwen3-Embedding-0.6B), two steps.
-# Usage, from the checkout on a login node:
-#   srun --nodes=1 --gpus-per-node=8 --exclusive --time=03:00:00 [-p PARTITION] [-A ACCOUNT] scripts/gpu_session.sh
-# SKIP_INSTALL=1 keeps an installed .venv-gpu; STEPS="4 5" runs only those steps; SARL_PYTHON: the Python 3.11 that
-# makes .venv-gpu (default python3.11 on PATH; the lock is resolved for 3.11, step 1 says how to get it).
+# The first GPU session, in one command from a login node of the cluster (docs/gpu.md section 3: estimated 1.5-2.5
+# hours, not yet measured). What needs the network runs here; what needs GPUs goes to SLURM. Each step's output is in
+# runs/gpu_session/<date>_<time>/NUMBER_NAME.log, its time on the console:
+#   1. install: the stack of $LOCK (requirements/gpu.lock: the versions CI tests) and this package in $VENV, with a
+#      Python 3.11 (the lock is resolved for it);
+#   2. inputs: exactly the models and data sets the row composes (`python -m sarl.launch.inputs --download`), into the
+#      Hugging Face cache (HF_HOME: one the GPU nodes share) and paths.data_dir;
+#   3. preflight: `sarl.preflight` of the row on a GPU node (srun): stack, driver, GPUs, memory plan, inputs;
+#   4. row: the row itself, two steps, submitted through `launcher=slurm_h100` as any run is, then its final
+#      checkpoint's weights checked;
+#   5. one_gpu: the one-GPU suite (`pytest -m gpu -k "not several_gpus"`) on a GPU node (srun);
+#   6. several_gpus: the several-GPU runs (tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus: a tensor-
+#      parallel-2 rollout on 2 GPUs, then grpo_sarl_math on all 8 as the paper runs it) on a whole node (srun).
+# Usage, from the checkout:
+#   SARL_SLURM_PARTITION=h100 SARL_SLURM_ACCOUNT=proj42 scripts/gpu_session.sh
+# The partition and account reach every step's srun and the row's launcher (unset: the cluster's default partition
+# and your default account). STEPS="4 5" runs only those steps; SKIP_INSTALL=1 keeps an installed $VENV;
+# SARL_PYTHON: the Python 3.11 that makes $VENV (default python3.11 on PATH; step 1 says how to get it);
+# ROW (default grpo_sarl_math) and ROW_ARGS (more overrides of the row, steps 2-4); GPUS (default 8): the GPUs per
+# node steps 3, 4 and 6 ask for; DATA_DIR (default data/): where the prepared sets go; SESSION_DIR (default
+# runs/gpu_session): where the session's folder goes.
+# CI rehearses steps 1-4 against a local SLURM cluster: LOCK=requirements/cpu.lock GPUS=0 ROW_ARGS="backend=verl_cpu
+# ..." (tests/slurm/test_gpu_session.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-gpu}
-STEPS=${STEPS:-"1 2 3 4 5"}
-PYTHON=${SARL_PYTHON:-python3.11}  # requirements/gpu.lock is resolved for Python 3.11 (numpy 2.3, pandas 3.1: >= 3.11)
+LOCK=${LOCK:-requirements/gpu.lock}
+STEPS=${STEPS:-"1 2 3 4 5 6"}
+ROW=${ROW:-grpo_sarl_math}
+ROW_ARGS=${ROW_ARGS:-}
+GPUS=${GPUS:-8}
+DATA_DIR=${DATA_DIR:-$PWD/data}
+PYTHON=${SARL_PYTHON:-python3.11}  # the locks are resolved for Python 3.11 (numpy 2.3, pandas 3.1: >= 3.11)
 
 check_python() {  # before anything is written: one line naming how to get Python 3.11 when it is not here
   local version
@@ -25,16 +40,18 @@ check_python() {  # before anything is written: one line naming how to get Pytho
     exit 2
   fi
   if [ "$version" != "3.11" ]; then
-    echo "gpu_session.sh: $PYTHON is Python $version; requirements/gpu.lock is resolved for 3.11: set SARL_PYTHON to a Python 3.11 (\`module load python/3.11\`, \`uv python install 3.11\`)" >&2
+    echo "gpu_session.sh: $PYTHON is Python $version; $LOCK is resolved for 3.11: set SARL_PYTHON to a Python 3.11 (\`module load python/3.11\`, \`uv python install 3.11\`)" >&2
     exit 2
   fi
 }
 
 case " $STEPS " in *" 1 "*) [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$VENV/bin/python" ] || check_python ;; esac
-OUT="runs/gpu_session/$(date +%Y-%m-%d_%H-%M-%S)"
+OUT="${SESSION_DIR:-$PWD/runs/gpu_session}/$(date +%Y-%m-%d_%H-%M-%S)"
 mkdir -p "$OUT"
-export SARL_GPU_TEST_DATA_DIR=${SARL_GPU_TEST_DATA_DIR:-$PWD/data}
+export SARL_GPU_TEST_DATA_DIR=${SARL_GPU_TEST_DATA_DIR:-$DATA_DIR}
 PY="$VENV/bin/python"
+read -r -a row_args <<<"$ROW_ARGS"
+row=("+exp=$ROW" "paths.data_dir=$DATA_DIR" "${row_args[@]}")
 
 step() {  # step NUMBER NAME COMMAND...: run it, its output in $OUT/NUMBER_NAME.log, its time on the console
   local number=$1 name=$2
@@ -50,23 +67,37 @@ step() {  # step NUMBER NAME COMMAND...: run it, its output in $OUT/NUMBER_NAME.
   fi
 }
 
+on_node() {  # on_node GPUS MINUTES COMMAND...: the command as one task on one node of the cluster (srun)
+  local gpus=$1 minutes=$2
+  shift 2
+  local args=(--nodes=1 --ntasks=1 "--time=$minutes")
+  [ -n "${SARL_SLURM_PARTITION:-}" ] && args+=("--partition=$SARL_SLURM_PARTITION")
+  [ -n "${SARL_SLURM_ACCOUNT:-}" ] && args+=("--account=$SARL_SLURM_ACCOUNT")
+  if [ "$gpus" -gt 0 ]; then args+=("--gpus-per-node=$gpus" --cpus-per-task=$((gpus * 8))); fi
+  [ "$gpus" -ge 8 ] && args+=(--exclusive)
+  srun "${args[@]}" "$@"
+}
+
 install() {
   [ "${SKIP_INSTALL:-0}" = 1 ] && [ -x "$PY" ] && return 0
   [ -x "$PY" ] || "$PYTHON" -m venv "$VENV"
   "$PY" -m pip install -q --upgrade pip
-  "$PY" -m pip install -q -r requirements/gpu.lock && "$PY" -m pip install -q --no-deps -e .
+  "$PY" -m pip install -q "$(grep -E '^torch==' "$LOCK")"  # torch first: the lock's build, on its own
+  "$PY" -m pip install -q -r "$LOCK" && "$PY" -m pip install -q --no-deps -e .
 }
 
-inputs() {  # the paper row's data and models, as missing_paper_inputs names them
-  "$PY" -m sarl.data.prepare dataset=aime_1983_2024 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
-  "$PY" -m sarl.data.prepare dataset=aime25 "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
-  "$VENV/bin/hf" download Qwen/Qwen3-4B  # grpo_sarl_math's model (conf/model/qwen3_4b.yaml, SARL Sec. 4.1)
-  "$VENV/bin/hf" download Qwen/Qwen3-Embedding-0.6B
+train_row() {  # two steps of the row through the launcher, then its final checkpoint's weights
+  "$PY" -m sarl.train "${row[@]}" "run_dir=$OUT/row" train.total_training_steps=2 train.save_freq=2 \
+    launcher=slurm_h100 launcher.wait=true "launcher.gpus_per_node=$GPUS" launcher.time_min=60 \
+    "launcher.log_dir=$OUT/slurm"
+  "$PY" -c 'import sys; from pathlib import Path; from sarl.runtime.weights import weights_problem
+problem = weights_problem(Path(sys.argv[1])); print(problem or f"{sys.argv[1]}: the weights are there and load"); sys.exit(1 if problem else 0)' "$OUT/row/final"
 }
 
 step 1 install install
-step 2 inputs inputs
-step 3 preflight "$PY" -m sarl.preflight +exp=grpo_sarl_math "paths.data_dir=$SARL_GPU_TEST_DATA_DIR"
-step 4 one_gpu "$PY" -m pytest -m gpu -rA -k "not several_gpus" --basetemp="$OUT/one_gpu"
-step 5 several_gpus "$PY" -m pytest -m gpu -rA -k several_gpus --basetemp="$OUT/several_gpus"
+step 2 inputs "$PY" -m sarl.launch.inputs --download "${row[@]}"
+step 3 preflight on_node "$GPUS" 30 "$PY" -m sarl.preflight "${row[@]}"
+step 4 row train_row
+step 5 one_gpu on_node 1 90 "$PY" -m pytest -m gpu -rA -k "not several_gpus" --basetemp="$OUT/one_gpu"
+step 6 several_gpus on_node "$GPUS" 90 "$PY" -m pytest -m gpu -rA -k several_gpus --basetemp="$OUT/several_gpus"
 echo "all steps passed; logs and run directories in $OUT"

@@ -8,7 +8,8 @@ The job runs the same command with the same overrides, minus the launcher ones p
 in the submitting directory with the submitting interpreter and environment. Resources come from
 conf/launcher/slurm_h100.yaml, and each of them can be overridden from the environment
 (`SARL_SLURM_PARTITION`, `..._ACCOUNT`, `..._QOS`, `..._TIME_MIN`, `..._NODES`, `..._GPUS_PER_NODE`,
-`..._CPUS_PER_TASK`, `..._MEM_GB`); the environment wins over the config.
+`..._CPUS_PER_TASK`, `..._MEM_GB`, `..._GRES`); the environment wins over the config. What is left null is the
+cluster's (slurm.partitions): its default partition, that partition's time limit, each node's whole memory.
 
 Preemption and time-outs: submitit asks SLURM for USR2 `signal_delay_s` before the time limit and
 catches the preemption signal; `ModuleJob.checkpoint()` stops the run and hands submitit itself
@@ -23,7 +24,9 @@ in its own session), publishes its IP address in the job's submitit folder (ever
 other node joins it by that address (`ray start --address=HEAD_IP:PORT --block`). Ray is the job's own
 (`python -m ray.scripts.scripts`, the module behind the `ray` console script, with the job's interpreter),
 and every node gives Ray its IP address (`--node-ip-address`): that of `launcher.ray_interface`, else that
-of the interface that routes to the head, never whatever Ray picks on a node with several networks.
+of the interface that routes to the head, never whatever Ray picks on a node with several networks. The same
+interface carries verl's collectives (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, unless the user set them), and the
+driver hands its run settings to every node's workers through Ray's runtime_env (sarl.runtime.runs.node_env).
 Node 0 waits until all nodes have joined and runs the driver once, with RAY_ADDRESS set, so verl's trainer
 uses the whole allocation; the embedding server (url "auto") is started by the driver, hence on the first
 node. At the end node 0 stops its Ray head by the head's process group (never `ray stop`, which stops every
@@ -50,6 +53,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sarl.runtime.errors import UserError
 from sarl.runtime.network import is_loopback, routable_ip
 from sarl.runtime.signals import stop_process_group
+from slurm import partitions
 
 log = logging.getLogger("slurm.launcher")
 
@@ -63,6 +67,7 @@ ENV_OVERRIDES: dict[str, tuple[str, type]] = {
     "gpus_per_node": ("SARL_SLURM_GPUS_PER_NODE", int),
     "cpus_per_task": ("SARL_SLURM_CPUS_PER_TASK", int),
     "mem_gb": ("SARL_SLURM_MEM_GB", float),
+    "gres": ("SARL_SLURM_GRES", str),
 }
 
 
@@ -74,11 +79,12 @@ class SlurmSettings:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time_min: int = 60
+    time_min: int | None = None  # None: the partition's limit (slurm.partitions.resolve, at submission)
     nodes: int = 1
     gpus_per_node: int = 0
     cpus_per_task: int | None = None
-    mem_gb: float | None = None
+    mem_gb: float | None = None  # None: each node's whole memory (--mem=0)
+    gres: str | None = None  # e.g. "gpu:8": the GPUs asked with --gres instead of --gpus-per-node
     additional: dict[str, Any] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     signal_delay_s: int = 120
@@ -93,7 +99,7 @@ class SlurmSettings:
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise ValueError(f"launcher.nodes must be >= 1, got {self.nodes}")
-        if self.time_min < 1:
+        if self.time_min is not None and self.time_min < 1:
             raise ValueError(f"launcher.time_min must be >= 1 minute, got {self.time_min}")
         if self.gpus_per_node < 0:
             raise ValueError(f"launcher.gpus_per_node must be >= 0, got {self.gpus_per_node}")
@@ -127,7 +133,10 @@ def settings(launcher_cfg: Any, env: Mapping[str, str] | None = None) -> SlurmSe
 
 
 def executor_parameters(s: SlurmSettings) -> dict[str, Any]:
-    """submitit AutoExecutor.update_parameters() arguments (None values are left out: SLURM's defaults)."""
+    """submitit AutoExecutor.update_parameters() arguments for settings `resolve`d against the cluster (None values
+    are left out: SLURM's defaults). No memory given: each node's whole (--mem=0). `gres`: the GPUs as --gres."""
+    if s.time_min is None:
+        raise ValueError("launcher.time_min is unresolved: resolve the settings against the cluster first")
     params: dict[str, Any] = {
         "name": s.job_name or s.name,
         "timeout_min": s.time_min,
@@ -135,7 +144,7 @@ def executor_parameters(s: SlurmSettings) -> dict[str, Any]:
         "tasks_per_node": 1,  # one task per node: it starts Ray there (multi-node) or runs the driver
         "gpus_per_node": s.gpus_per_node,
         "cpus_per_task": s.cpus_per_task,
-        "mem_gb": s.mem_gb,
+        "mem_gb": 0 if s.mem_gb is None else s.mem_gb,  # 0: all of each node's memory
         "slurm_partition": s.partition,
         "slurm_account": s.account,
         "slurm_qos": s.qos,
@@ -144,7 +153,11 @@ def executor_parameters(s: SlurmSettings) -> dict[str, Any]:
         "slurm_setup": list(s.setup),
         "stderr_to_stdout": True,
     }
-    if not s.gpus_per_node:
+    if s.cpus_per_task:  # the srun step's own: since SLURM 22.05 (until 23.11) it does not inherit the job's
+        params["slurm_srun_args"] = [f"--cpus-per-task={s.cpus_per_task}"]
+    if s.gres:  # clusters that count GPUs as generic resources only
+        params["slurm_gres"] = s.gres
+    if not s.gpus_per_node or s.gres:
         del params["gpus_per_node"]  # no --gpus-per-node=0 (a partition without GRES refuses it)
     return {k: v for k, v in params.items() if v is not None}
 
@@ -200,6 +213,32 @@ def interface_ip(name: str) -> str:
                 f"its interfaces are {names}. Set launcher.ray_interface to one every node has, or null"
             ) from err
     return socket.inet_ntoa(packed[20:24])  # struct ifreq: the name (16 bytes), then a sockaddr_in
+
+
+def interface_of(ip: str) -> str | None:
+    """The name of this node's network interface with IPv4 address `ip` (None when none has it)."""
+    for _, name in socket.if_nameindex():
+        with contextlib.suppress(ValueError):
+            if interface_ip(name) == ip:
+                return name
+    return None
+
+
+COLLECTIVE_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def with_collective_interface(env: dict[str, str], interface: str | None) -> dict[str, str]:
+    """`env` with the interface verl's collectives use (it initialises `cpu:gloo,cuda:nccl`) set to Ray's, unless
+    the user set them: GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME. Otherwise each resolves this node's host name,
+    and a name that resolves to another network (or to loopback) hangs the rendezvous until NCCL's time-out.
+    The driver's copy reaches every node's workers through Ray's runtime_env (sarl.runtime.runs.node_env)."""
+    if not interface:
+        return env
+    out = dict(env)
+    for var in COLLECTIVE_INTERFACE_VARS:
+        out.setdefault(var, interface)
+    log.info("collectives on %s (%s)", interface, ", ".join(f"{v}={out[v]}" for v in COLLECTIVE_INTERFACE_VARS))
+    return out
 
 
 def node_ip_address(head: str, port: int, interface: str | None) -> str:
@@ -284,6 +323,24 @@ def running_ray_head(
                 record.unlink()
 
 
+def report_task_cpus(asked: int | None, usable: int | None = None) -> int:
+    """Say how many CPUs this task may run on (its affinity) against the `asked` per task, and warn when it is
+    fewer: an srun step that did not get --cpus-per-task (SLURM 22.05 to 23.02 do not pass the job's on) runs
+    Ray, the trainer's workers, vLLM and the reward workers on one CPU. Returns the usable count."""
+    usable = len(os.sched_getaffinity(0)) if usable is None else usable
+    per_task = asked or "the default"
+    print(f"slurm.launcher: this task may use {usable} CPUs (the job asked {per_task} per task)", flush=True)
+    if asked and usable < asked:
+        log.warning(
+            "this task runs on %d of the %d CPUs the job asked for each task: the srun step did not get "
+            "--cpus-per-task (pass it to srun, or export SRUN_CPUS_PER_TASK=%d before srun)",
+            usable,
+            asked,
+            asked,
+        )
+    return usable
+
+
 class ModuleJob:
     """The submitit callable: `python -m MODULE ARGV` in WORKDIR, one per job; checkpointable.
 
@@ -320,6 +377,7 @@ class ModuleJob:
         directory every node sees."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         s = self.settings
+        report_task_cpus(s.cpus_per_task)
         if len(hosts) <= 1:
             return self._run_driver(env)
         env = ray_job_env(env)
@@ -327,8 +385,10 @@ class ModuleJob:
         if rank != 0:  # a worker node: joins the head and blocks while it is up
             head_ip = read_head_ip(address_file, s.ray_join_timeout_s)
             node_ip = node_ip_address(head_ip, s.ray_port, s.ray_interface)
+            env = with_collective_interface(env, s.ray_interface or interface_of(node_ip))
             return self._run(ray_worker_command(self.python, head_ip, s.ray_port, node_ip, *self._ray_resources()), env)
         head_ip = node_ip_address(hosts[0], s.ray_port, s.ray_interface)
+        env = with_collective_interface(env, s.ray_interface or interface_of(head_ip))
         address = f"{head_ip}:{s.ray_port}"
         cmd = ray_head_command(self.python, s.ray_port, head_ip, *self._ray_resources())
         log.info("Ray head: %s", shlex.join(cmd))
@@ -417,16 +477,17 @@ def submission_plan(module: str, argv: Sequence[str], launcher_cfg: Any, *, work
         s = settings(launcher_cfg)
     except ValueError as err:
         raise UserError(str(err)) from err
-    hours, minutes = divmod(s.time_min, 60)
+    hours, minutes = divmod(s.time_min or 0, 60)
     resources = {
-        "partition": s.partition or "(SLURM's default)",
+        "partition": s.partition or "(the cluster's default)",
         "account": s.account or "(your default)",
         "qos": s.qos or "(default)",
         "nodes": s.nodes,
         "gpus_per_node": s.gpus_per_node,
+        "gres": s.gres,
         "cpus_per_task": s.cpus_per_task,
-        "mem_gb": s.mem_gb,
-        "time": f"{hours}:{minutes:02d}:00",
+        "mem_gb": s.mem_gb if s.mem_gb is not None else "(each node's whole)",
+        "time": f"{hours}:{minutes:02d}:00" if s.time_min else "(the partition's limit)",
         "job_name": s.job_name or module.replace(".", "_"),
         **{f"additional.{k}": v for k, v in s.additional.items()},
     }
@@ -459,6 +520,7 @@ def submit_module(module: str, argv: Sequence[str], launcher_cfg: Any, *, workdi
         s = settings(launcher_cfg)
     except ValueError as err:
         raise UserError(str(err)) from err
+    s = partitions.resolve(s, partitions.cluster_partitions())
     folder = Path(s.log_dir) / "%j"
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=s.max_num_timeout)
     executor.update_parameters(**executor_parameters(replace(s, job_name=s.job_name or module.replace(".", "_"))))

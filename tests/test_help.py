@@ -9,6 +9,7 @@ ENTRY_POINTS = {  # module -> groups its help must list with every option of con
     "sarl.train": {"+exp": "exp", "reward": "reward", "algorithm": "algorithm", "backend": "backend", "data": "data"},
     "eval.run": {"protocol": "eval/protocol", "generator": "eval/generator", "prompt": "eval/prompt"},
     "sarl.preflight": {"+exp": "exp"},
+    "sarl.launch.inputs": {"+exp": "exp"},
     "sarl.score": {"reward": "reward", "embedding": "embedding"},
     "sarl.data.prepare": {"dataset": "data"},
     "sarl.data.synthesize": {"recipe": "synthesize/recipe"},

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sarl.runtime.errors import UserError
-from sarl.runtime.weights import saved_tensors, weight_files, weights_problem
+from sarl.runtime.weights import is_hf_model, saved_tensors, weight_files, weights_problem
 
 log = logging.getLogger("sarl.checkpoints")
 
@@ -76,10 +76,6 @@ def run_checkpoints(run_dir: Path) -> list[Checkpoint]:
             elif (path / "actor").is_dir():
                 found.append(Checkpoint(int(m.group(1)), path / "actor", "verl"))
     return sorted(found, key=lambda c: c.step)
-
-
-def is_hf_model(path: Path) -> bool:
-    return (Path(path) / HF_CONFIG).is_file() and bool(weight_files(Path(path)))
 
 
 def is_verl_actor(path: Path) -> bool:

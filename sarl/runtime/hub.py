@@ -2,28 +2,25 @@
 command nor its child processes spend minutes on retries), and whether a model a command names can be had here.
 
 `offline_if_unreachable()` runs first in `sarl.train`, `eval.run`, `sarl.preflight` and `sarl.data.prepare`: one
-TCP connection to the Hub's host (HF_ENDPOINT, else huggingface.co:443), tried once per process; when it does not
-open, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are set (inherited by every child; `datasets` follows
-HF_HUB_OFFLINE) unless the user set either. It says nothing then: a one-line error stays one line, and an error
-that depends on the Hub says so itself (`check_model_source`, `sarl.data.sources`); `offline_note()` is the line
-a command prints once its checks have passed (sarl.train and eval.run at their start, the preflight's Hub row).
-`check_model_source`
-refuses, before anything is built or written, a model that is neither a local checkpoint directory nor a Hub id in
-the local cache or on a Hub that can be reached.
+TCP connection toward the Hub (HF_ENDPOINT, else huggingface.co:443; through HTTPS_PROXY where it applies), tried
+once per process; when it does not open, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are set (inherited by every
+child; `datasets` follows HF_HUB_OFFLINE) unless the user set either. It says nothing then: a one-line error stays
+one line, and an error that depends on the Hub says so itself (`check_model_source`, `sarl.data.sources`);
+`offline_note()` is the line a command prints once its checks have passed (sarl.train and eval.run at their start,
+the preflight's Hub row). `check_model_source` refuses, before anything is built or written, a model that is
+neither a local checkpoint directory nor a Hub id in the local cache or on a Hub that can be reached.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import socket
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sarl.runtime.errors import UserError
+from sarl.runtime.network import reachable
 
 log = logging.getLogger("sarl.runtime.hub")
 
@@ -32,33 +29,21 @@ OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 TRUE = ("1", "on", "yes", "true")
 
 
+def hub_url() -> str:
+    """The Hub this process would download from: HF_ENDPOINT, else huggingface.co."""
+    return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+
+
 def hub_address() -> tuple[str, int]:
     """(host, port) of the Hub this process would download from: HF_ENDPOINT's, else huggingface.co:443."""
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    url = urlsplit(hub_url())
     return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
 
 
 def hub_reachable(timeout_s: float = 2.0) -> bool:
-    """Whether a TCP connection to the Hub's host (`hub_address`) opens within `timeout_s`, name lookup included
-    (a resolver that hangs counts as unreachable); asked once per process and address."""
-    return _connects(*hub_address(), timeout_s)
-
-
-@functools.cache
-def _connects(host: str, port: int, timeout_s: float) -> bool:
-    opened: list[bool] = []
-
-    def connect() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                opened.append(True)
-        except OSError:
-            pass
-
-    probe = threading.Thread(target=connect, daemon=True)  # getaddrinfo has no timeout of its own
-    probe.start()
-    probe.join(timeout_s)
-    return bool(opened)
+    """Whether a TCP connection toward the Hub opens within `timeout_s` (through the environment's proxy where one
+    applies: sarl.runtime.network.reachable); asked once per process and address."""
+    return reachable(hub_url(), timeout_s)
 
 
 def offline_requested() -> bool:

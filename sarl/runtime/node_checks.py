@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 from sarl.runtime import memory
 from sarl.runtime.checks import Check
-from sarl.runtime.runs import wandb_key_available
+from sarl.runtime.network import reachable, route_address
+from sarl.runtime.runs import wandb_key_available, wandb_url
 
 # The oldest Linux driver each CUDA major version runs on: NVIDIA's CUDA Toolkit Release Notes, "CUDA minor version
 # compatibility" table. `.[gpu]`'s torch 2.11 wheels are CUDA 13 builds.
@@ -125,4 +126,15 @@ def check_wandb(cfg: DictConfig, environ: dict[str, str] | None = None) -> Check
         return Check("W&B", False, "WANDB_MODE=online but no API key", "wandb login (or export WANDB_API_KEY)")
     entity = cfg.logger.entity or environ.get("WANDB_ENTITY")
     detail = f"mode {mode}, key {'found' if key else 'none (logs stay in the run directory; wandb sync later)'}"
+    if key and "WANDB_MODE" not in environ and not reachable(wandb_url(environ)):
+        host, port = route_address(wandb_url(environ))
+        detail = f"mode offline: {host}:{port} cannot be reached from this node (key found; wandb sync the run later)"
+    elif mode == "online" and not reachable(wandb_url(environ)):
+        host, port = route_address(wandb_url(environ))
+        return Check(
+            "W&B",
+            False,
+            f"WANDB_MODE=online but {host}:{port} cannot be reached from this node (wandb.init would wait 90 s, raise)",
+            "unset WANDB_MODE (the run then goes offline by itself) or WANDB_MODE=offline",
+        )
     return Check("W&B", True, detail + (f", entity {entity}" if entity else ""))

@@ -32,6 +32,11 @@ def weight_files(directory: Path) -> list[Path]:
     return []
 
 
+def is_hf_model(path: Path) -> bool:
+    """A Hugging Face model directory: its config.json and its weight files."""
+    return (Path(path) / "config.json").is_file() and bool(weight_files(Path(path)))
+
+
 def saved_tensors(path: Path):
     """(name, tensor) of one weight file, one at a time for safetensors."""
     if path.suffix == ".safetensors":
@@ -121,3 +126,22 @@ def verl_actor_problem(actor: Path) -> str | None:
         if not zipfile.is_zipfile(shard):
             return f"{actor}: {shard.name} is not a torch archive"
     return None
+
+
+def weights_cached(model: str) -> bool:
+    """Whether a model's weights are here, not only its config.json: a local directory with weight files, or a
+    Hub id whose config.json and safetensors (every shard its index names) are in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if Path(model).expanduser().is_dir():
+        return is_hf_model(Path(model).expanduser())
+    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return False
+    single = try_to_load_from_cache(model, "model.safetensors")
+    if isinstance(single, str):
+        return True
+    index = try_to_load_from_cache(model, "model.safetensors.index.json")
+    if not isinstance(index, str):
+        return False
+    shards = set(json.loads(Path(index).read_text())["weight_map"].values())
+    return all(isinstance(try_to_load_from_cache(model, shard), str) for shard in shards)

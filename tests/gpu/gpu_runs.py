@@ -316,36 +316,14 @@ def paper_data_dir() -> Path:
 
 def missing_paper_inputs(row: Row) -> str | None:
     """What a paper row of the GPU suite lacks here (its prepared data under paper_data_dir(), its policy's and
-    embedding model's files in the Hugging Face cache), as the commands that fetch it; None if nothing."""
+    embedding model's files in the Hugging Face cache: sarl.launch.inputs), as the commands that fetch it; None if
+    nothing."""
     from sarl.launch.compose import compose_train_config
-    from sarl.runtime.models import find_model_config
+    from sarl.launch.inputs import row_inputs
 
     cfg, _ = compose_train_config([f"+exp={row.exp}", f"paths.data_dir={paper_data_dir()}"])
-    missing = [f"python -m sarl.data.prepare dataset={cfg.data.name} paths.data_dir={paper_data_dir()}"]
-    missing = missing if not all(Path(str(cfg.data[k])).is_file() for k in ("train_files", "val_files")) else []
-    for model in (str(cfg.model.path), str(cfg.embedding.model)):
-        if find_model_config(model, allow_download=False) is None or not weights_cached(model):
-            missing.append(f"hf download {model}")
+    missing = [need.fetch or need.path for need in row_inputs(cfg) if not need.here()]
     return f"{row.name} needs: {'; '.join(missing)} (scripts/gpu_session.sh does both)" if missing else None
-
-
-def weights_cached(model: str) -> bool:
-    """Whether a model's weights are here, not only its config.json: a local directory with weight files, or a
-    Hub id whose safetensors (every shard its index names) are in the local Hugging Face cache."""
-    from huggingface_hub import try_to_load_from_cache
-
-    from sarl.runtime.checkpoints import is_hf_model
-
-    if Path(model).expanduser().is_dir():
-        return is_hf_model(Path(model).expanduser())
-    single = try_to_load_from_cache(model, "model.safetensors")
-    if isinstance(single, str):
-        return True
-    index = try_to_load_from_cache(model, "model.safetensors.index.json")
-    if not isinstance(index, str):
-        return False
-    shards = set(json.loads(Path(index).read_text())["weight_map"].values())
-    return all(isinstance(try_to_load_from_cache(model, shard), str) for shard in shards)
 
 
 def paper_overrides(row: Row, root: Path) -> list[str]:

@@ -7,7 +7,6 @@ metrics.jsonl."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,24 +107,28 @@ def test_a_several_gpu_test_gets_its_first_gpus(monkeypatch):
 
 
 def test_the_gpu_session_script_runs_the_suite_and_the_several_gpu_runs():
-    """scripts/gpu_session.sh (docs/gpu.md names it, with its expected time): valid bash; its `-k` split gives
-    the one-GPU tests to step 4 and exactly the several-GPU runs to step 5; it prepares the data and downloads
-    the models the paper row needs."""
+    """scripts/gpu_session.sh (docs/gpu.md names it, with its expected time): valid bash; it installs the GPU lock;
+    its step 2 fetches exactly the row's inputs (sarl.launch.inputs: the paper row's policy and embedding model by
+    their exact ids, its train and validation sets); its `-k` split gives the one-GPU tests to step 5 and exactly
+    the several-GPU runs to step 6. tests/slurm/test_gpu_session.py runs its steps 1-4."""
     text = SESSION_SCRIPT.read_text()
     assert subprocess.run(["bash", "-n", str(SESSION_SCRIPT)], capture_output=True).returncode == 0
     several = {t for t in GPU_TESTS if "several_gpus" in t}
     assert several == {f"tests/gpu/test_gpu_verl.py::test_verl_steps_on_several_gpus[{r.name}]" for r in NODE_ROWS}
     assert '-k "not several_gpus"' in text and "-k several_gpus" in text
-    assert "pip install -q -r requirements/gpu.lock" in text  # the versions CI tests (tests/test_lock.py)
+    assert "LOCK=${LOCK:-requirements/gpu.lock}" in text and 'pip install -q -r "$LOCK"' in text  # CI's versions
+    assert "-m sarl.launch.inputs --download" in text and "-m sarl.preflight" in text
+    assert "ROW=${ROW:-grpo_sarl_math}" in text
     from sarl.launch.compose import compose_train_config
+    from sarl.launch.inputs import row_inputs
 
     for row in (r for r in NODE_ROWS if r.paper_models):
-        cfg = compose_train_config([f"+exp={row.exp}"])[0]
-        downloads = re.findall(r'hf" download (\S+)', text)  # whole ids: Qwen/Qwen3-4B-Base is not Qwen/Qwen3-4B
-        assert sorted(downloads) == sorted({str(cfg.model.path), str(cfg.embedding.model)}), downloads
-        for files in ("train_files", "val_files"):  # each set the row reads is prepared
-            assert f"dataset={Path(str(cfg.data[files])).parent.name} " in text, files
-        assert "sarl.preflight +exp=" + row.exp in text
+        cfg = compose_train_config([f"+exp={row.exp}", "paths.data_dir=/data"])[0]
+        needs = row_inputs(cfg)
+        assert [n.name for n in needs if n.kind == "model"] == ["Qwen/Qwen3-4B", "Qwen/Qwen3-Embedding-0.6B"]
+        assert [n.fetch for n in needs if n.kind == "data"] == [
+            f"python -m sarl.data.prepare dataset={name} paths.data_dir=/data" for name in ("aime_1983_2024", "aime25")
+        ]
     assert "scripts/gpu_session.sh" in (REPO / "docs" / "gpu.md").read_text()
 
 
@@ -505,7 +508,7 @@ def test_a_run_whose_wait_is_interrupted_leaves_no_process_behind(tmp_path, monk
 
 def test_a_paper_input_with_a_config_but_no_weights_is_missing(tmp_path, monkeypatch):
     """A cached config.json is not a model: the node run would start offline with no weights."""
-    from gpu_runs import weights_cached
+    from sarl.runtime.weights import weights_cached
 
     model = tmp_path / "model"
     model.mkdir()

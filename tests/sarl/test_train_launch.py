@@ -1,7 +1,9 @@
 """What sarl.train hands to verl before a GPU run: the W&B settings in Ray's runtime_env, a reward server
 every node can reach, and the cheap preflight checks before anything is launched."""
 
+import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,15 +41,79 @@ def test_wandb_settings_travel_in_rays_runtime_env(tmp_path):
     assert "WANDB_API_KEY" not in env_vars  # never written into a config file
 
 
-def test_wandb_env_modes(tmp_path):
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nothing listens there
+
+
+@pytest.fixture
+def listening_url():
+    """A loopback socket that listens (the kernel completes the handshake; nothing is served)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_wandb_env_modes(tmp_path, listening_url):
     cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
     home = {"HOME": str(tmp_path)}
     assert wandb_env(cfg, "x", tmp_path / "r", home)["WANDB_MODE"] == "offline"  # no key anywhere
-    assert "WANDB_MODE" not in wandb_env(cfg, "x", tmp_path / "r", {**home, "WANDB_API_KEY": "k"})
+    online = {**home, "WANDB_API_KEY": "k", "WANDB_BASE_URL": listening_url}
+    assert "WANDB_MODE" not in wandb_env(cfg, "x", tmp_path / "r", online)
     assert wandb_env(cfg, "x", tmp_path / "r", {**home, "WANDB_MODE": "disabled"})["WANDB_MODE"] == "disabled"
     assert wandb_env(cfg, "x", tmp_path / "r", {"WANDB_RUN_ID": "keep"})["WANDB_RUN_ID"] == "keep"  # a requeue
     cfg_none, _ = compose_train_config(["+exp=grpo_sarl_math", "logger=none"])
     assert wandb_env(cfg_none, "x", tmp_path / "r", home) == {}
+
+
+def test_a_key_and_an_unreachable_wandb_host_go_offline_in_one_line(tmp_path, caplog):
+    """A key on a shared home (`wandb login` wrote ~/.netrc) and a compute node without internet: offline at once,
+    said once however often the run asks (sarl.train asks twice), instead of wandb.init's 90 s wait and raise."""
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    url = f"http://127.0.0.1:{closed_port()}"
+    host = url.removeprefix("http://")
+    (tmp_path / ".netrc").write_text(f"machine {host.split(':')[0]}\n  login user\n  password secret\n")
+    env = {"HOME": str(tmp_path), "WANDB_BASE_URL": url}
+    caplog.set_level(logging.INFO, logger="sarl.runtime.runs")
+    assert wandb_env(cfg, "x", tmp_path / "r", env)["WANDB_MODE"] == "offline"
+    assert wandb_env(cfg, "x", tmp_path / "r", env)["WANDB_MODE"] == "offline"
+    lines = [r.getMessage() for r in caplog.records if "cannot be reached" in r.getMessage()]
+    assert lines == [
+        f"W&B ({host}) cannot be reached from this node: WANDB_MODE=offline, the logs stay in the run "
+        "directory's wandb/ (`wandb sync` them from a machine that reaches W&B)"
+    ]
+    assert wandb_env(cfg, "x", tmp_path / "r", {**env, "WANDB_MODE": "online"})["WANDB_MODE"] == "online"  # asked
+    dry = wandb_env(cfg, "x", tmp_path / "r", {**env, "WANDB_BASE_URL": f"http://127.0.0.1:{closed_port()}"}, False)
+    assert "WANDB_MODE" not in dry  # a dry run connects to nothing
+
+
+def test_the_probe_goes_through_the_proxy_the_environment_names(monkeypatch, listening_url):
+    """A cluster whose nodes reach the internet only through a proxy: the proxy's address is what must open."""
+    from sarl.runtime.network import reachable, route_address
+
+    monkeypatch.setenv("HTTPS_PROXY", listening_url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    assert route_address("https://api.wandb.ai") == ("127.0.0.1", int(listening_url.rsplit(":", 1)[1]))
+    assert reachable("https://api.wandb.ai", timeout_s=1)
+    monkeypatch.setenv("NO_PROXY", "api.wandb.ai")
+    assert route_address("https://api.wandb.ai") == ("api.wandb.ai", 443)
+
+
+def test_the_preflight_says_offline_when_the_host_cannot_be_reached(tmp_path, listening_url):
+    from sarl.runtime.node_checks import check_wandb
+
+    cfg, _ = compose_train_config(["+exp=grpo_sarl_math"])
+    closed = {"HOME": str(tmp_path), "WANDB_API_KEY": "k", "WANDB_BASE_URL": f"http://127.0.0.1:{closed_port()}"}
+    row = check_wandb(cfg, closed)
+    assert row.ok and row.detail.startswith("mode offline: 127.0.0.1:") and "cannot be reached" in row.detail
+    row = check_wandb(cfg, {**closed, "WANDB_MODE": "online"})
+    assert not row.ok and "cannot be reached" in row.detail and "WANDB_MODE=offline" in row.fix
+    row = check_wandb(cfg, {**closed, "WANDB_BASE_URL": listening_url})
+    assert row.ok and row.detail.startswith("mode online, key found")
 
 
 ACTOR_ENV_SCRIPT = r"""
@@ -60,7 +126,7 @@ from sarl.runtime.runs import experiment_name, wandb_env
 
 model, run_dir, out = sys.argv[1:4]
 cfg, choices = compose_train_config(["+exp=grpo_sarl_math", f"model.path={model}"])
-env_vars = wandb_env(cfg, experiment_name(choices), __import__("pathlib").Path(run_dir), {"HOME": os.environ["HOME"]})
+env_vars = wandb_env(cfg, experiment_name(choices), __import__("pathlib").Path(run_dir), dict(os.environ))
 verl_cfg = build_verl_config(cfg, OmegaConf.to_container(cfg.reward, resolve=True), run_dir, "e", env_vars=env_vars)
 with read_write(verl_cfg.ray_kwargs.ray_init):
     verl_cfg.ray_kwargs.ray_init.num_cpus = 1
@@ -92,6 +158,7 @@ def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_"))}
     env.update(HOME=str(tmp_path), RAY_ADDRESS="local", RAY_TMPDIR=ray_tmp, RAY_gcs_server_port_wait_time_s="120")
+    env.update(WANDB_API_KEY="k", WANDB_BASE_URL=f"http://127.0.0.1:{closed_port()}")  # a key, an unreachable host
     script = tmp_path / "actor_env.py"
     script.write_text(ACTOR_ENV_SCRIPT)
     out = tmp_path / "env.yaml"
@@ -110,7 +177,7 @@ def test_the_trainer_actor_sees_the_wandb_settings(tmp_path):
     result = yaml.safe_load(out.read_text())
     seen, sent = result["seen"], result["sent"]
     assert seen == {k: sent[k] for k in seen} and seen["WANDB_RUN_ID"] == "grpo_sarl_math-run"
-    assert seen["WANDB_MODE"] == "offline"  # no key under this HOME
+    assert seen["WANDB_MODE"] == "offline"  # a key, and W&B cannot be reached
 
 
 # -- several nodes: a reward server every node reaches ------------------------------------------

@@ -46,7 +46,7 @@ LOCAL_CLUSTER = [
     "launcher=slurm_h100",
     "launcher.partition=debug",
     "launcher.gpus_per_node=0",
-    "launcher.mem_gb=null",
+    "launcher.mem_gb=null",  # --mem=0
     "launcher.cpus_per_task=2",
     "launcher.time_min=30",
 ]
@@ -56,7 +56,8 @@ def test_launcher_config_composes_with_train_and_follows_the_trainer():
     cfg, choices = compose_train_config(["+exp=grpo_sarl_math", "launcher=slurm_h100", "train.nnodes=2"])
     assert choices["launcher"] == "slurm_h100"
     s = settings(cfg.launcher, env={})
-    assert (s.name, s.partition, s.nodes, s.gpus_per_node, s.wait) == ("slurm_h100", "h100", 2, 8, False)
+    assert (s.name, s.partition, s.nodes, s.gpus_per_node, s.wait) == ("slurm_h100", None, 2, 8, False)
+    assert (s.time_min, s.mem_gb, s.gres) == (None, None, None)  # the cluster's (slurm.partitions)
     assert s.log_dir == str(Path(cfg.paths.runs_dir) / "slurm")
 
 
@@ -116,6 +117,7 @@ def test_sbatch_script_carries_every_resource():
         "signal_delay_s": 120,
         "additional_parameters": p["slurm_additional_parameters"],
         "setup": p["slurm_setup"],
+        "srun_args": p["slurm_srun_args"],
     }
     script = _make_sbatch_string(command="python -m submitit.core._submit X", folder="/tmp/x/%j", **sbatch_params)
     for line in (
@@ -133,9 +135,28 @@ def test_sbatch_script_carries_every_resource():
         "module load cuda",
     ):
         assert line in script, line
+    # the step's own CPUs: SLURM 22.05-23.02 do not pass the job's --cpus-per-task on to srun
+    (srun,) = [ln for ln in script.splitlines() if ln.startswith("srun ")]
+    assert "--cpus-per-task=64" in srun.split()
     # no GPUs: no --gpus-per-node at all; unset account/qos/memory: left to SLURM
-    bare = executor_parameters(SlurmSettings(partition="cpu"))
-    assert "gpus_per_node" not in bare and "slurm_account" not in bare and "mem_gb" not in bare
+    bare = executor_parameters(SlurmSettings(partition="cpu", time_min=60))
+    assert "gpus_per_node" not in bare and "slurm_account" not in bare and bare["mem_gb"] == 0  # --mem=0: the node's
+    with pytest.raises(ValueError, match="time_min is unresolved"):
+        executor_parameters(SlurmSettings(partition="cpu"))
+    gres = executor_parameters(SlurmSettings(partition="cpu", time_min=60, gpus_per_node=8, gres="gpu:8"))
+    assert gres["slurm_gres"] == "gpu:8" and "gpus_per_node" not in gres
+    assert "slurm_srun_args" not in bare  # no CPU count asked: srun's default, as the job's
+
+
+def test_a_task_with_fewer_cpus_than_asked_is_told_how_to_give_srun_them(capsys, caplog):
+    from slurm.launcher import report_task_cpus
+
+    assert report_task_cpus(64, usable=64) == 64
+    assert capsys.readouterr().out == "slurm.launcher: this task may use 64 CPUs (the job asked 64 per task)\n"
+    assert not caplog.records
+    report_task_cpus(64, usable=1)
+    (warning,) = caplog.records
+    assert "runs on 1 of the 64 CPUs" in warning.getMessage() and "SRUN_CPUS_PER_TASK=64" in warning.getMessage()
 
 
 def test_the_job_runs_the_same_overrides_with_the_local_launcher():
@@ -415,6 +436,10 @@ def test_smoke_training_job_runs_on_slurm_and_its_outputs_come_back(
     assert meta["slurm_job_id"] == job_id and meta["choices"]["launcher"] == "local"
     log = (tmp_path / "runs" / "slurm" / job_id / f"{job_id}_0_log.out").read_text()
     assert "launcher=local" in log and "Job completed successfully" in log
+    submission = (tmp_path / "runs" / "slurm" / job_id / f"{job_id}_submission.sh").read_text()
+    (srun,) = [ln for ln in submission.splitlines() if ln.startswith("srun ")]
+    assert "--cpus-per-task=2" in srun.split()  # the step's own, not only #SBATCH's
+    assert "slurm.launcher: this task may use 2 CPUs (the job asked 2 per task)" in log
 
 
 @pytest.mark.slow
@@ -478,7 +503,8 @@ def test_a_dry_run_with_the_slurm_launcher_shows_the_job_and_submits_nothing(mon
     err = capsys.readouterr().err
     assert "# dry run: launcher=slurm_h100 would submit one SLURM job (nothing submitted):" in err
     plan = next(line for line in err.splitlines() if line.startswith("#   partition="))
-    assert "partition=h100 " in plan and " nodes=1 gpus_per_node=8 cpus_per_task=64 mem_gb=480 time=1:30:00" in plan
+    assert plan.startswith("#   partition=(the cluster's default) ")
+    assert " nodes=1 gpus_per_node=8 cpus_per_task=64 mem_gb=(each node's whole) time=1:30:00" in plan
     job = next(line for line in err.splitlines() if line.startswith("#   the job runs"))
     assert job.endswith(" -m sarl.train +exp=grpo_sarl_math " + f"paths.root={tmp_path} launcher=local")
     assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted

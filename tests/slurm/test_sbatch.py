@@ -43,8 +43,8 @@ def test_every_sbatch_script_is_valid_bash(name):
 def test_the_agents_script_asks_for_one_run_s_resources_and_is_not_requeued():
     launcher = OmegaConf.load(ROOT / "conf" / "launcher" / "slurm_h100.yaml")
     d = directives(AGENTS)
-    assert d["partition"] == launcher.partition and int(d["time"]) == launcher.time_min
-    assert int(d["cpus-per-task"]) == launcher.cpus_per_task and d["mem"] == f"{launcher.mem_gb}G"
+    assert "partition" not in d and "time" not in d  # the cluster's default partition and its limit, as the launcher
+    assert int(d["cpus-per-task"]) == launcher.cpus_per_task and d["mem"] == "0" and launcher.mem_gb is None
     assert "#SBATCH --requeue" not in (SBATCH / AGENTS).read_text()
 
 
@@ -64,9 +64,10 @@ def test_sbatch_resources_are_the_submitit_launchers(name):
     """The scripts ask for what `launcher=slurm_h100` asks for, one task per node, and requeue as it does."""
     launcher = OmegaConf.load(ROOT / "conf" / "launcher" / "slurm_h100.yaml")
     d = directives(name)
-    assert d["partition"] == launcher.partition
-    assert int(d["time"]) == launcher.time_min
-    assert int(d["cpus-per-task"]) == launcher.cpus_per_task and d["mem"] == f"{launcher.mem_gb}G"
+    assert "partition" not in d and launcher.partition is None  # the cluster's default partition
+    assert "time" not in d and launcher.time_min is None  # that partition's limit
+    assert int(d["cpus-per-task"]) == launcher.cpus_per_task and d["mem"] == "0" and launcher.mem_gb is None
+    assert "#SBATCH --gres=gpu:8" in (SBATCH / name).read_text()  # the GRES route, said where it is taken
     assert d["signal"] == f"B:USR2@{launcher.signal_delay_s}" and d["ntasks-per-node"] == "1"
     assert int(d["gpus-per-node"]) == 8 and d["open-mode"] == "append"
     assert "#SBATCH --requeue" in (SBATCH / name).read_text()
@@ -182,6 +183,7 @@ def test_the_single_node_script_runs_the_smoke_job_on_slurm(slurm_cluster, launc
     log = out.read_text(errors="replace")
     assert slurm_cluster.job_state(job_id) == "COMPLETED", log[-4000:]
     assert "sarl.train exited with 0" in log and "launcher=local train.nnodes=1" in log
+    assert "slurm.launcher: this task may use 2 CPUs (the job asked 2 per task)" in log  # the batch step's
     (run,) = (tmp_path / "runs" / "smoke").iterdir()
     assert run.name.endswith(f"_j{job_id}")  # the run directory the submitit job would name
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]

@@ -223,9 +223,10 @@ def build_verl_config(
 ) -> DictConfig:
     """verl's trainer config with our values; `reward_cfg` (the resolved reward node) travels
     to verl's reward workers (per-response rewards) or our trainer (group rewards) as
-    `reward.custom_reward_function.reward_kwargs.reward`. `env_vars` (the W&B settings) go into Ray's
-    runtime_env, so verl's trainer actor and workers get them on every node, whatever environment the
-    Ray daemons were started with (verl's `run_ppo` merges it into its own runtime_env), with `process_env`'s."""
+    `reward.custom_reward_function.reward_kwargs.reward`. `env_vars` (the W&B settings, and in a real run
+    the driver's `sarl.runtime.runs.node_env`) go into Ray's runtime_env, so verl's trainer actor and workers get
+    them on every node, whatever environment the Ray daemons were started with (verl's `run_ppo` merges it into its
+    own runtime_env), with `process_env`'s."""
     group_reward = is_group_reward(reward_cfg)
     if group_reward:
         _check_votes(reward_cfg, cfg.train)

@@ -66,10 +66,20 @@ def check_stack() -> list[Check]:
     return out
 
 
+def check_cpu_stack() -> list[Check]:
+    """`backend=verl_cpu`: verl at the version the project runs and every package of requirements/cpu.lock at its
+    version (torch's CPU build; no CUDA, vLLM or flash-attn: the run samples with Hugging Face and trains with gloo)."""
+    v = installed_version("verl")
+    ok = v is not None and v.startswith(STACK["verl"])
+    fix = "" if ok else f"bash scripts/setup.sh (verl {STACK['verl']}x from requirements/cpu.lock)"
+    return [Check("verl", ok, f"verl {v}" if v else "verl not installed", fix), check_lock(stack.CPU_LOCK)]
+
+
 def check_lock(lock_path: Path = stack.GPU_LOCK) -> Check:
-    """Every package of requirements/gpu.lock installed at the lock's version (a local build label aside: a torch
-    built for the node's CUDA passes), so the run uses the versions CI tested (decisions §7.6)."""
-    name = "stack = requirements/gpu.lock"
+    """Every package of the lock (requirements/gpu.lock; cpu.lock for `backend=verl_cpu`) installed at the lock's
+    version (a local build label aside: a torch built for the node's CUDA passes), so the run uses the versions CI
+    tested (decisions §7.6)."""
+    name = f"stack = requirements/{lock_path.name}"
     if not lock_path.is_file():
         return Check(name, True, f"{lock_path} absent (not an editable install): not checked", "")
     lock = stack.read_lock(lock_path)

@@ -113,6 +113,20 @@ def test_check_stack_on_a_cpu_build_of_torch_still_fails_as_before(monkeypatch):
     assert not row.ok and "CPU build" in row.detail and "pip install -r requirements/gpu.lock" in row.fix
 
 
+def test_a_cpu_row_is_checked_against_the_cpu_stack_it_runs_on():
+    """`backend=verl_cpu` (what CI rehearses the GPU session with) needs no CUDA, vLLM or GPU: its rows are verl and
+    requirements/cpu.lock, and this environment (made from that lock) passes them."""
+    from sarl.launch.compose import compose_user_config
+    from sarl.preflight import preflight
+
+    rows = verl_preflight.check_cpu_stack()
+    assert [r.name for r in rows] == ["verl", "stack = requirements/cpu.lock"] and all(r.ok for r in rows), rows
+    cfg, choices = compose_user_config(["+exp=grpo_sarl_math", "backend=verl_cpu"])
+    names = [c.name for c in preflight(cfg, choices)]
+    assert "GPUs" not in names and "vllm" not in names and "torch / CUDA / driver" not in names, names
+    assert "stack = requirements/cpu.lock" in names
+
+
 # -- flash-attn imported for real ----------------------------------------------------------------
 
 

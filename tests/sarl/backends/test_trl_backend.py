@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,9 +173,15 @@ def test_smoke_run_trains_with_differing_rewards_and_saves_a_loadable_checkpoint
     W&B run."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
+    with socket.socket() as s:  # a W&B key, and W&B's host cannot be reached (a compute node without internet)
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     caplog.set_level(logging.INFO)
     assert main(smoke(tmp_path, policy_cache, "backend.max_steps=4", heldout=True, logger="wandb")) == 0
+    offline = [r for r in caplog.records if "cannot be reached from this node: WANDB_MODE=offline" in r.getMessage()]
+    assert len(offline) == 1, [r.getMessage() for r in offline]
     run = only_run_dir(tmp_path)
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

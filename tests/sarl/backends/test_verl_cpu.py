@@ -366,7 +366,7 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
     from sarl.runtime.network import free_port, is_loopback, routable_ip
     from sarl.serving.server import VLLM_CPU_ENV
     from sarl.structure.embed.local import bundled_minilm_path
-    from slurm.launcher import ModuleJob, SlurmSettings
+    from slurm.launcher import COLLECTIVE_INTERFACE_VARS, ModuleJob, SlurmSettings, interface_of
 
     try:
         ip = routable_ip()
@@ -375,8 +375,13 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
     python = vllm_python_or_skip()
     ray_tmp = tempfile.mkdtemp(prefix="sarl-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
-    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", *COLLECTIVE_INTERFACE_VARS):
         monkeypatch.delenv(var, raising=False)
+    # the Ray daemons start without the Hub's offline mode; the driver decides it (the Hub cannot be reached) and
+    # must hand it to the ranks on both nodes
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     for key, value in VLLM_CPU_ENV.items():
         monkeypatch.setenv(key, value)
     run_dir = tmp_path / "run"
@@ -438,6 +443,12 @@ def test_grpo_sarl_math_on_two_ray_nodes_embeds_through_the_vllm_server_it_start
     parts = sync_records(run_dir, SYNC_RANKS_LOG)
     nodes = {p["rank"]: p["node"] for p in parts}
     assert sorted(nodes) == [0, 1] and nodes[0] != nodes[1], f"the actor ranks ran on Ray nodes {nodes}"
+    # the run's settings reached the ranks on both nodes: the driver's offline mode, the collectives' interface (the
+    # one that routes to the head, as Ray's --node-ip-address)
+    interface = interface_of(ip)
+    assert interface, f"no interface has {ip}"
+    for part in parts:
+        assert part["env"] == {"HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
     assert {s["replica"] for s in sync_records(run_dir)} == {0, 1}  # a rollout replica per node
 
 

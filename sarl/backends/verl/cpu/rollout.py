@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 NAME = "hf"  # rollout.name
 SYNC_LOG_ENV = "SARL_ROLLOUT_SYNC_LOG"
+NODE_ENV_SEEN = ("HF_HUB_OFFLINE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # logged per rank with its sync
 SYNC_RANKS_LOG_ENV = "SARL_ROLLOUT_SYNC_RANKS_LOG"  # one line per actor rank and sync: its part, its Ray node
 MAX_BATCH = 64  # requests sampled together
 
@@ -358,6 +359,7 @@ class HFServerAdapter(BaseRollout):
         if path:  # each rank's part in the sync, and its Ray node (the CPU tests read where the ranks ran)
             line = {"rank": self.rank, "replica": self.replica_rank, "server": self.has_server, "tensors": tensors}
             line.update({"global_steps": global_steps, "node": ray.get_runtime_context().get_node_id()})
+            line["env"] = {k: os.environ.get(k) for k in NODE_ENV_SEEN}  # what reached this rank's node
             with open(path, "a") as f:
                 f.write(json.dumps(line) + "\n")
 
