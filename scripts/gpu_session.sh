@@ -88,7 +88,7 @@ install() {
 
 train_row() {  # two steps of the row through the launcher, then its final checkpoint's weights
   "$PY" -m sarl.train "${row[@]}" "run_dir=$OUT/row" train.total_training_steps=2 train.save_freq=2 \
-    launcher=slurm_h100 launcher.wait=true "launcher.gpus_per_node=$GPUS" launcher.time_min=60 \
+    launcher=slurm_h100 launcher.wait=true "launcher.gpus_per_node=$GPUS" launcher.time_min=120 \
     "launcher.log_dir=$OUT/slurm"
   "$PY" -c 'import sys; from pathlib import Path; from sarl.runtime.weights import weights_problem
 problem = weights_problem(Path(sys.argv[1])); print(problem or f"{sys.argv[1]}: the weights are there and load"); sys.exit(1 if problem else 0)' "$OUT/row/final"
