@@ -545,14 +545,41 @@ def train_argv(argv: Sequence[str], cfg: Any) -> list[str]:
     return [*argv, *extra]
 
 
+def follow(job: Any, poll_s: float = 2.0, out: Any = None) -> None:
+    """Print the job's log as it grows, until the job has ended (its whole log then printed): a job that waits in
+    the queue is said to, once; nothing is silent for longer than the job itself is."""
+    out = out or sys.stdout
+    path = Path(str(job.paths.stdout))
+    offset, queued = 0, False
+    while True:
+        done = job.done()
+        if path.exists():
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            if chunk:
+                out.write(chunk.decode(errors="replace"))
+                out.flush()
+        elif not queued and not done:
+            print(f"job {job.job_id} is queued (squeue -j {job.job_id}); its log follows here once it starts", file=out)
+            out.flush()
+            queued = True
+        if done:
+            return
+        time.sleep(poll_s)
+
+
 def dispatch(module: str, argv: Sequence[str], launcher_cfg: Any) -> int:
-    """Submit, print the job id and log paths; with launcher.wait, block until the job ends, print its
-    log and return 0 if it succeeded (1 if not)."""
+    """Submit, print the job id and log paths; with launcher.wait, print the job's log as it grows (`follow`) until
+    the job ends and return 0 if it succeeded (1 if not)."""
+    print(f"submitting {module} to SLURM (launcher=slurm_h100) ...", flush=True)
     job = submit_module(module, argv, launcher_cfg)
     print(f"submitted {module} as SLURM job {job.job_id}\n  stdout: {job.paths.stdout}\n  stderr: {job.paths.stderr}")
     sys.stdout.flush()
     if not settings(launcher_cfg).wait:
         return 0
+    follow(job)
     try:
         job.result()
         ok = True
@@ -560,7 +587,5 @@ def dispatch(module: str, argv: Sequence[str], launcher_cfg: Any) -> int:
         log.error("SLURM job %s failed: %s", job.job_id, err)
         ok = False
     stdout = Path(str(job.paths.stdout))
-    if stdout.exists():
-        sys.stdout.write(stdout.read_text(errors="replace")[-20000:])
     print(f"SLURM job {job.job_id}: {'succeeded' if ok else 'failed'} (log: {stdout})")
     return 0 if ok else 1

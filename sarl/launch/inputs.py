@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(usage(USAGE))
         return 0
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the downloads
     fetch = "--download" in argv
     overrides = [a for a in argv if a != "--download"]
     offline_if_unreachable()

@@ -512,3 +512,35 @@ def test_a_dry_run_with_the_slurm_launcher_shows_the_job_and_submits_nothing(mon
     assert eval_main(["protocol=grp", "dry_run=true", "launcher=slurm_h100", "launcher.gpus_per_node=1"]) == 0
     out, err = capsys.readouterr()
     assert "grp" in out and "gpus_per_node=1" in err and err.strip().endswith("-m eval.run protocol=grp launcher=local")
+
+
+def test_waiting_for_a_job_prints_its_log_as_it_grows(tmp_path):
+    """launcher.wait=true: the job's log reaches the console while the job runs (a queued job says so once), not
+    all at once at its end."""
+    import io
+
+    from slurm.launcher import follow
+
+    log = tmp_path / "job.out"
+    out = io.StringIO()
+    seen: list[str] = []
+
+    class Job:
+        job_id = "7"
+        paths = SimpleNamespace(stdout=log)
+        polls = 0
+
+        def done(self):
+            seen.append(out.getvalue())
+            self.polls += 1
+            if self.polls == 3:
+                log.write_text("step 1/2\n")
+            elif self.polls == 4:
+                with log.open("a") as f:
+                    f.write("step 2/2\n")
+            return self.polls >= 5
+
+    follow(Job(), poll_s=0, out=out)
+    assert seen[2] == "job 7 is queued (squeue -j 7); its log follows here once it starts\n"
+    assert seen[3].endswith("step 1/2\n") and "step 2/2" not in seen[3]  # the first line before the job ended
+    assert out.getvalue().endswith("step 1/2\nstep 2/2\n")
