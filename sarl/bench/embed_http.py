@@ -3,8 +3,9 @@ server, versus the same model (the MiniLM shipped for tests) called in-process w
 
 Both sides embed the same step texts with the same number of compute threads (`threads`): in-process,
 `torch.set_num_threads` (and no tokenizer thread pool); the server's model worker, OMP_NUM_THREADS, which
-vLLM 0.32's CPU worker keeps when VLLM_CPU_OMP_THREADS_BIND is "nobind" (with a CPU list such as "0-1" it
-sets OMP_NUM_THREADS to the list's length itself and pins the threads: `server_cpu_bind`). The server
+vLLM's CPU worker keeps when VLLM_CPU_OMP_THREADS_BIND is "nobind" (vLLM 0.24 vllm/utils/ompmultiprocessing.py;
+with a CPU list such as "0-1" it sets OMP_NUM_THREADS to the list's length itself and pins the threads:
+`server_cpu_bind`). The server
 also runs an API process and an engine-core process besides the model's threads, so the CPU seconds each
 process used during every run are read from /proc and printed with its thread count: "cores busy" is
 CPU seconds / wall seconds, and texts per CPU second compares the work done, not only the clock.
