@@ -23,8 +23,9 @@ from eval.prompts import answer_reader
 from eval.protocol import Benchmark
 from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
-from sarl.contract.reward import RolloutBatch
+from sarl.contract.reward import RolloutBatch, build_reward
 from sarl.serving.auto import embedding_server_for
+from sarl.structure.cluster import method_k_rule
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
 
@@ -46,10 +47,6 @@ def structure_all(
     """The structure reward (SR, C, L, steps, nodes, edges, flags, failure) of every response, cached."""
     if not cfg.structure.enabled:
         return {}
-    # deferred (both): import numba, scipy and scikit-learn, only when structure statistics are asked for
-    from sarl.structure.cluster import DEFAULT_K_RULE
-    from sarl.structure.reward import StructureReward
-
     emb_cfg = OmegaConf.to_container(cfg.embedding, resolve=True)
     identity = {"embedding": emb_cfg, "structure": OmegaConf.to_container(cfg.structure), "seed": cfg.seed}
     cache = SampleCache(root / f"structure-{stable_hash(identity)}")
@@ -79,13 +76,13 @@ def structure_all(
         embedder = instantiate(emb_cfg)
         with tqdm(total=n_pending, desc="structure", unit="resp", dynamic_ncols=True) as bar:
             for kind, items in pending.items():
+                # The reward's settings (conf/reward/sarl.yaml as structure.reward), the benchmark kind's clustering.
                 clustering = cfg.structure.clustering[kind]
-                reward = StructureReward(
-                    embedder,
-                    variant=cfg.structure.variant,
+                reward = build_reward(
+                    cfg.structure.reward,
+                    embedder=embedder,
                     clustering=clustering,
-                    seed=cfg.seed,
-                    k_rule=cfg.structure.k_rule if clustering == "kmeans" else DEFAULT_K_RULE,
+                    k_rule=method_k_rule(clustering, cfg.structure.reward.k_rule),
                 )
                 size = int(cfg.structure.batch_size)
                 for start in range(0, len(items), size):

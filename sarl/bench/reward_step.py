@@ -2,8 +2,9 @@
 
 A batch of `rollouts` responses (SARL's setting: 2,048 rollouts a step) of about `steps_mean` reasoning
 steps each, built from real step texts (the shipped traces and test fixtures, made unique per response),
-goes through `StructureReward` exactly as training calls it. The embedding model is replaced by a stand-in
-that returns random unit vectors of `dim` dimensions (Qwen3-Embedding-0.6B's 1,024); its own time is
+goes through `StructureReward` exactly as training calls it, built from the reward's config (conf/reward/sarl.yaml
+composed as the section's `reward`: its clustering settings and step splitting). The embedding model is replaced by
+a stand-in that returns random unit vectors of `dim` dimensions (Qwen3-Embedding-0.6B's 1,024); its own time is
 measured and left out. The token count of the step texts tells the GPU time of the real model from a
 throughput figure (tokens/s): MiniLM's WordPiece tokenizer (shipped) is counted, Qwen3's BPE is not
 available offline, so characters / 4 is printed beside it as the usual BPE estimate.
@@ -20,11 +21,10 @@ from rich.table import Table
 
 from sarl.bench.common import median
 from sarl.bench.structure import step_text_stream
-from sarl.contract.reward import RolloutBatch
-from sarl.structure.cluster import cluster_batch
+from sarl.contract.reward import RolloutBatch, build_reward
+from sarl.structure.cluster import cluster_batch, method_k_rule
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import graph_metrics_batch
-from sarl.structure.reward import StructureReward
 from sarl.structure.steps import parse_steps
 
 
@@ -69,7 +69,18 @@ def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:
 def run_reward_step(cfg: DictConfig, console: Console, threads: int = 1) -> dict:
     """The reward call on `threads` threads (the reward's `threads`; the bench's `threads`), its stages timed alone."""
     batch = paper_batch(cfg.rollouts, cfg.steps_mean, cfg.seed)
-    parsed = [parse_steps(r) for r in batch.responses]
+    reward_cfg = cfg.reward
+
+    def parse(text: str):
+        return parse_steps(
+            text,
+            reward_cfg.delimiter,
+            reward_cfg.no_think,
+            regex=reward_cfg.delimiter_regex,
+            max_steps=reward_cfg.max_steps,
+        )
+
+    parsed = [parse(r) for r in batch.responses]
     steps = [s for p in parsed for s in p.steps]
     chars = sum(len(s) for s in steps)
     from sarl.structure.embed.local import SentenceTransformerEmbedder  # deferred: torch loads in seconds
@@ -97,14 +108,15 @@ def run_reward_step(cfg: DictConfig, console: Console, threads: int = 1) -> dict
         }
         for _ in range(cfg.repeats):
             t0 = time.perf_counter()
-            [parse_steps(r) for r in batch.responses]
+            [parse(r) for r in batch.responses]
             t1 = time.perf_counter()
-            labels = cluster_batch(vectors, method=method, seed=cfg.seed, threads=threads)
+            k_rule = method_k_rule(method, reward_cfg.k_rule)
+            labels = cluster_batch(vectors, method=method, seed=reward_cfg.seed, k_rule=k_rule, threads=threads)
             t2 = time.perf_counter()
-            graph_metrics_batch(labels).rewards("sarl")
+            graph_metrics_batch(labels).rewards(reward_cfg.variant)
             t3 = time.perf_counter()
             embedder = StandInEmbedder(cfg.dim, cfg.seed)
-            reward = StructureReward(embedder, clustering=method, seed=cfg.seed, threads=threads)
+            reward = build_reward(reward_cfg, embedder=embedder, clustering=method, k_rule=k_rule, threads=threads)
             t4 = time.perf_counter()
             outputs = reward(batch)
             t5 = time.perf_counter()

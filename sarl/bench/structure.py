@@ -1,8 +1,10 @@
 """Structure stage (per-response clustering + reasoning map + SR) against the loop a user would write.
 
 Baseline, per response: scikit-learn `KMeans(n_clusters=k, n_init="auto", random_state=seed)` or
-`HDBSCAN(min_cluster_size, min_samples)`, then the networkx reasoning map and SR (SARL Eqs. 4-6), nothing
-else. Ours: `structure_rewards_from_embeddings` on the whole batch. Roofline: the Gram-matrix
+`HDBSCAN(min_cluster_size, min_samples)` (`sarl.structure.reference.sklearn_hdbscan_labels`), then the networkx
+reasoning map and SR (SARL Eqs. 4-6), nothing else. Ours: `structure_rewards_from_embeddings` on the whole batch.
+Both sides cluster with the reward's settings (conf/reward/sarl.yaml composed as the section's `reward`: seed,
+k_rule, variant). Roofline: the Gram-matrix
 products alone, as ours makes them (X X^T per response: the compiled kernel in the embeddings' precision for
 KMeans, BLAS in float64 for HDBSCAN), the one large product both clustering methods start from; numpy's
 float32 X @ X.T (BLAS) is timed beside it. Both sides run under the same thread limits; each figure is the median of
@@ -15,7 +17,7 @@ Three data families, every one with step counts drawn from the spread of real re
   traces (sarl/samples) and of sentences of the test fixtures, as windows of that text stream.
 
 Then the Gram product alone by response length (`gram_steps`): the reward's compiled kernel against numpy's
-X @ X.T, and ours at training size (`scale_responses`) with the kernels' import time.
+X @ X.T, and ours at training size (`scale_responses`) with the kernels' load time (`load_kernels`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
-from sarl.structure.cluster import cluster_batch, hdbscan_params, kmeans_k
+from sarl.structure.cluster import DEFAULT_K_RULE, cluster_batch, kmeans_k, method_k_rule
 from sarl.structure.embed.local import SentenceTransformerEmbedder
 from sarl.structure.gram import BLOCKS, gram
 from sarl.structure.graph import reasoning_map, structure_reward
+from sarl.structure.reference import sklearn_hdbscan_labels
 from sarl.structure.reward import structure_rewards_from_embeddings
 from sarl.structure.steps import split_steps
 
@@ -117,25 +120,32 @@ def minilm_family(ms: np.ndarray, rng: np.random.Generator, max_texts: int | Non
     return embs, None
 
 
-def baseline_labels(x: np.ndarray, method: str, seed: int, algorithm: str = "auto") -> np.ndarray:
+def settings(reward: DictConfig, method: str) -> dict:
+    """The reward's clustering settings for `method` (`reward`: conf/reward/sarl.yaml as the section composes it)."""
+    return {"seed": int(reward.seed), "k_rule": method_k_rule(method, reward.k_rule)}
+
+
+def baseline_labels(
+    x: np.ndarray, method: str, seed: int, algorithm: str = "auto", k_rule: str = DEFAULT_K_RULE
+) -> np.ndarray:
     """What a user would write for one response: scikit-learn with the paper's parameters."""
-    from sklearn.cluster import HDBSCAN, KMeans
+    from sklearn.cluster import KMeans
 
-    m = len(x)
     if method == "kmeans":
-        return KMeans(n_clusters=kmeans_k(m), n_init="auto", random_state=seed).fit(x).labels_
-    mcs, ms = hdbscan_params(m)
-    return HDBSCAN(min_cluster_size=mcs, min_samples=ms, algorithm=algorithm).fit(x).labels_
+        return KMeans(n_clusters=kmeans_k(len(x), rule=k_rule), n_init="auto", random_state=seed).fit(x).labels_
+    return sklearn_hdbscan_labels(x, algorithm=algorithm)
 
 
-def baseline_rewards(embs: list[np.ndarray], method: str, seed: int) -> tuple[list[float], list[np.ndarray]]:
+def baseline_rewards(
+    embs: list[np.ndarray], method: str, seed: int, k_rule: str = DEFAULT_K_RULE, variant: str = "sarl"
+) -> tuple[list[float], list[np.ndarray]]:
     """The per-response loop: scikit-learn clustering, networkx reasoning map, SR (SARL Eq. 6)."""
     scores, labels = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for x in embs:
-            lab = baseline_labels(x, method, seed)
-            scores.append(structure_reward(reasoning_map(lab)))
+            lab = baseline_labels(x, method, seed, k_rule=k_rule)
+            scores.append(structure_reward(reasoning_map(lab), variant))
             labels.append(lab)
     return scores, labels
 
@@ -187,16 +197,20 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
         f"dim {dim}, {sum(x.nbytes for x in embs) / 2**20:.1f} MB of embeddings"
     )
     rows = []
+    variant = cfg.reward.variant
     for method in cfg.methods:
+        chosen = settings(cfg.reward, method)
 
-        def ours(method=method):
-            return structure_rewards_from_embeddings(embs, method=method, seed=cfg.seed)
+        def ours(method=method, chosen=chosen):
+            return structure_rewards_from_embeddings(embs, method=method, variant=variant, **chosen)
 
         first_s, fast = timed(ours)
         times = alternate(
             {
                 "ours": ours,
-                "baseline": lambda method=method: baseline_rewards(embs, method, cfg.seed),
+                "baseline": lambda method=method, chosen=chosen: baseline_rewards(
+                    embs, method, **chosen, variant=variant
+                ),
                 "roofline": lambda method=method: gram_roofline(embs, method),
                 "blas_gram": lambda: blas_grams(embs),
             },
@@ -204,8 +218,8 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
         )
         mem_ours = peak_memory_mb(ours)
         # Labels, untimed.
-        ours_labels = cluster_batch(embs, method=method, seed=cfg.seed)
-        slow, base_labels = baseline_rewards(embs, method, cfg.seed)
+        ours_labels = cluster_batch(embs, method=method, **chosen)
+        slow, base_labels = baseline_rewards(embs, method, **chosen, variant=variant)
         row = {
             "family": name,
             "method": method,
@@ -237,9 +251,7 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
                     np.mean([adjusted_rand_score(t, b) for t, b in zip(truth, base_labels)])
                 )
         else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                brute = [baseline_labels(x, "hdbscan", cfg.seed, algorithm="brute") for x in embs]
+            brute = [sklearn_hdbscan_labels(x, algorithm="brute") for x in embs]
             row["equal_brute"] = int(sum(np.array_equal(a, b) for a, b in zip(ours_labels, brute)))
         rows.append(row)
         console.print(
@@ -281,13 +293,17 @@ def bench_gram(cfg: DictConfig) -> list[dict]:
     return rows
 
 
-_IMPORT_KERNELS = "import time; t = time.perf_counter(); import sarl.structure.kernels; print(time.perf_counter() - t)"
+_LOAD_KERNELS = (
+    "import time; from sarl.structure.cluster import load_kernels; "
+    "t = time.perf_counter(); load_kernels(); print(time.perf_counter() - t)"
+)
 
 
 def kernel_startup() -> dict:
-    """Seconds to import the compiled kernels (sarl.structure.kernels) in a fresh process: `cold` compiles them into an
-    empty cache (what the first import after installing pays, once), `warm` loads them from that cache (what
-    every later process pays, at import, before its first call). numba itself is imported first, untimed."""
+    """Seconds to load the compiled kernels (`sarl.structure.cluster.load_kernels`) in a fresh process: `cold`
+    compiles them into an empty cache (what the first load after installing pays, once), `warm` loads them from that
+    cache (what every later process pays when it builds the reward, before its first call). numba itself is imported
+    first, untimed."""
     import os
     import subprocess
     import sys
@@ -298,7 +314,7 @@ def kernel_startup() -> dict:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         for name in ("cold", "warm"):
             done = subprocess.run(
-                [sys.executable, "-c", "import numba; " + _IMPORT_KERNELS],
+                [sys.executable, "-c", "import numba; " + _LOAD_KERNELS],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -325,7 +341,9 @@ def bench_scale(cfg: DictConfig, console: Console) -> dict:
     for method in cfg.methods:
 
         def ours(method=method):
-            return structure_rewards_from_embeddings(embs, method=method, seed=cfg.seed)
+            return structure_rewards_from_embeddings(
+                embs, method=method, variant=cfg.reward.variant, **settings(cfg.reward, method)
+            )
 
         first = timed(ours)[0]
         later = [timed(ours)[0] for _ in range(cfg.repeats)]
@@ -436,9 +454,9 @@ def run_structure(cfg: DictConfig, console: Console) -> dict:
         st = scale["startup"]
         console.print(
             f"peak MB above: tracemalloc peak of one call; the compiled kernels' scratch (not traced) is at most "
-            f"{scale['kernel_scratch_mb']:.1f} MB, for the longest response. Kernels are compiled when "
-            f"sarl.structure.kernels is imported: {st['cold_import_s']:.2f} s into an empty cache "
+            f"{scale['kernel_scratch_mb']:.1f} MB, for the longest response. Kernels are compiled when first "
+            f"loaded (sarl.structure.cluster.load_kernels): {st['cold_import_s']:.2f} s into an empty cache "
             "(once per installation), "
-            f"{st['warm_import_s']:.2f} s from the cache (every later process, before its first call)."
+            f"{st['warm_import_s']:.2f} s from the cache (every later process, when it builds the reward)."
         )
     return {"rows": rows, "gram": grams, "scale": scale}

@@ -4,9 +4,10 @@
 Each response is clustered on its own Gram matrix G = X X^T (the one product whose cost grows
 with the embedding dimension: a compiled kernel for KMeans, `sarl.structure.gram.gram`; BLAS in
 float64 for HDBSCAN, as scikit-learn computes it); everything after it works on M x M matrices
-in loops compiled by numba (`sarl.structure.kernels`), so the cost per response is the product
-plus a few M^2 passes, memory is a few M x M arrays, and a response's labels never depend on the
-other responses in the batch. Finiteness is checked on G's diagonal.
+in loops compiled by numba (`sarl.structure.kernels`, `sarl.structure.hdbscan_kernels`), so the
+cost per response is the product plus a few M^2 passes, memory is a few M x M arrays, and a
+response's labels never depend on the other responses in the batch. Finiteness is checked on G's
+diagonal.
 
 - KMeans: k = min(M, max(1, rule(M)), #distinct embeddings) with decisions §1's rule
   round(sqrt(M)) by default (`k_rule`, see `K_RULES` for the ablation's others);
@@ -19,21 +20,31 @@ other responses in the batch. Finiteness is checked on G's diagonal.
   way), the single-linkage tree, condensed tree, excess-of-mass selection and labelling
   are compiled ports of scikit-learn's routines; the edges are sorted by numpy's argsort
   as scikit-learn sorts them. Labels equal `sklearn.cluster.HDBSCAN(algorithm="brute")`.
+
+`sarl.structure.reference` writes the same clustering the obvious way (numpy, plain Python, scikit-learn's public
+`HDBSCAN`), one function beside each compiled one; tests/sarl/test_cluster_reference.py holds them equal.
+
+The compiled kernels (numba's, `KERNEL_MODULES`) are imported on first use, not with this module:
+`from sarl import StructureReward` loads neither numba nor scikit-learn. `load_kernels` loads them
+(~0.5 s: numba's import and the kernels from its on-disk cache); `StructureReward` calls it when it is built.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Sequence
 
 import numpy as np
-from sklearn.cluster._hdbscan._linkage import MST_edge_dtype
 
 from sarl.contract.threads import limited, run_each
-from sarl.structure.gram import gram
-from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
 
 METHODS = ("kmeans", "hdbscan")
+
+# One edge of HDBSCAN's minimum spanning tree, the record scikit-learn sorts: its private
+# `sklearn.cluster._hdbscan._linkage.MST_edge_dtype` (scikit-learn 1.6-1.9, pyproject's pin) restated with the same
+# fields, types and order, so that `np.argsort` of the distance field orders tied edges as scikit-learn's own call.
+MST_EDGE_DTYPE = np.dtype([("current_node", np.int64), ("next_node", np.int64), ("distance", np.float64)])
 
 
 def _round_half_up(x: float) -> int:
@@ -56,6 +67,13 @@ DEFAULT_K_RULE = "sqrt"
 _U_COLUMNS = 16
 
 
+def kmeans_draws(seed: int, rows: int) -> np.ndarray:
+    """The uniform draws of greedy k-means++ (Arthur & Vassilvitskii 2007) for up to `rows` centres: row j holds
+    centre j's, one per local trial. numpy fills the array row-major from one stream and the number of columns is
+    fixed, so row j is the same whatever `rows` (no response's draws depend on the batch's largest k)."""
+    return np.random.default_rng(seed).random((rows, _U_COLUMNS))
+
+
 def check_k_rule(rule: str, method: str = "kmeans") -> str:
     """`rule` if it names a k rule (a key of K_RULES or "fixed:K" with K >= 1) that `method` can use
     (HDBSCAN infers its own number of clusters: only the default), else ValueError."""
@@ -67,6 +85,12 @@ def check_k_rule(rule: str, method: str = "kmeans") -> str:
     if method != "kmeans" and rule != DEFAULT_K_RULE:
         raise ValueError(f"k_rule={rule!r} applies to KMeans only; {method} infers the number of clusters")
     return rule
+
+
+def method_k_rule(method: str, k_rule: str) -> str:
+    """The k rule `method` clusters with, given a reward's `k_rule`: that rule for KMeans; HDBSCAN infers its own
+    number of clusters (the default rule, the only one it accepts)."""
+    return k_rule if method == "kmeans" else DEFAULT_K_RULE
 
 
 def kmeans_k(n_steps: int, n_distinct: int | None = None, rule: str = DEFAULT_K_RULE) -> int:
@@ -124,16 +148,37 @@ def _n_distinct(x: np.ndarray) -> int:
     return len(np.unique(rows))
 
 
+# The modules of compiled kernels, imported on first use (`load_kernels`).
+KERNEL_MODULES = ("sarl.structure.kernels", "sarl.structure.gram", "sarl.structure.hdbscan_kernels")
+
+
+def load_kernels() -> None:
+    """Imports the compiled kernels (KERNEL_MODULES): numba's import and the kernels loaded from its on-disk cache,
+    ~0.5 s (compiled into it once per installation, a few seconds). `StructureReward` calls it when it is built, so
+    that no reward call pays for it."""
+    for module in KERNEL_MODULES:
+        importlib.import_module(module)
+
+
+def mst_edge_order(src: np.ndarray, dst: np.ndarray, dist: np.ndarray) -> np.ndarray:
+    """The order scikit-learn sorts the spanning tree's edges in before its single linkage: `np.argsort` of the
+    distance field of its edge records (numpy's default sort, so ties keep the order it gives them)."""
+    mst = np.empty(len(src), dtype=MST_EDGE_DTYPE)
+    mst["current_node"], mst["next_node"], mst["distance"] = src, dst, dist
+    return np.argsort(mst["distance"])
+
+
 def _hdbscan_labels(x: np.ndarray, g: np.ndarray, m: int) -> np.ndarray:
-    """HDBSCAN labels of one response's m steps (float64 `x`, Gram matrix `g`): the minimum spanning tree of
-    the mutual-reachability graph (`sarl.structure.kernels.hdbscan_mst`), its edges sorted as scikit-learn sorts them,
-    then single linkage, condensed tree, excess of mass and labelling (`sarl.structure.kernels.hdbscan_tree_labels`),
-    as `HDBSCAN(algorithm="brute")` runs them."""
+    """HDBSCAN labels of one response's m steps (float64 `x`, Gram matrix `g`) as `HDBSCAN(algorithm="brute")` runs
+    them (SARL App. A.1; Campello et al. 2013): the minimum spanning tree of the mutual-reachability graph
+    (`sarl.structure.hdbscan_kernels.hdbscan_mst`), its edges sorted as scikit-learn sorts them (`mst_edge_order`),
+    then single linkage, condensed tree, excess of mass and labelling (`hdbscan_kernels.hdbscan_tree_labels`)."""
+    # deferred: numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
+    from sarl.structure.hdbscan_kernels import hdbscan_mst, hdbscan_tree_labels
+
     min_cluster_size, min_samples = hdbscan_params(m)
     src, dst, dist = hdbscan_mst(g, np.einsum("ij,ij->i", x, x), min_samples)  # row_norms as scikit-learn
-    mst = np.empty(m - 1, dtype=MST_edge_dtype)
-    mst["current_node"], mst["next_node"], mst["distance"] = src, dst, dist
-    order = np.argsort(mst["distance"])  # scikit-learn's own call (its tie order), before make_single_linkage
+    order = mst_edge_order(src, dst, dist)
     return hdbscan_tree_labels(src[order], dst[order], dist[order], min_cluster_size)
 
 
@@ -164,9 +209,11 @@ def cluster_batch(
         raise ValueError("all embeddings must have the same dimension")
     k_of = {m: kmeans_k(m, rule=k_rule) for m in {len(x) for x in xs}}
     kmax = max(k_of.values(), default=1) or 1
-    # A fixed number of columns keeps every u[j, t] the same whatever kmax (numpy fills
-    # row-major from one stream), so no response's draws depend on the batch.
-    u = np.random.default_rng(seed).random((kmax, _U_COLUMNS))
+    u = kmeans_draws(seed, kmax)  # row j the same whatever kmax: no response's draws depend on the batch
+
+    # deferred (both): numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
+    from sarl.structure.gram import gram
+    from sarl.structure.kernels import kmeans_labels, squared_distances
 
     def kmeans_one(i: int) -> None:
         # Its Gram matrix, then the compiled seeding and Lloyd iterations (sarl.structure.kernels).

@@ -5,17 +5,18 @@ Two implementations of the same definitions:
   the readable networkx reference, one response at a time.
 - `graph_metrics_batch`: the same numbers for many responses at once in one compiled
   loop (`sarl.structure.kernels`; the training hot path). Tests check that both agree.
+networkx and the compiled loop are imported on first use: `from sarl import StructureReward` loads neither.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import networkx as nx
 import numpy as np
 
-from sarl.structure.kernels import graph_metrics_flat
+if TYPE_CHECKING:
+    import networkx as nx
 
 VARIANTS = ("sarl", "c_only", "l_only")
 
@@ -23,6 +24,8 @@ VARIANTS = ("sarl", "c_only", "l_only")
 def reasoning_map(labels: Sequence[int]) -> nx.Graph:
     """Undirected graph G(tau): nodes are the clusters that occur, one edge per distinct
     transition between consecutive steps in different clusters; no self loops (SARL Sec. 3.2)."""
+    import networkx as nx  # deferred: ~0.1 s, for the reference only
+
     G = nx.Graph()
     labels = [int(x) for x in labels]
     G.add_nodes_from(dict.fromkeys(labels))
@@ -37,6 +40,8 @@ def clustering_coefficient(G: nx.Graph) -> float:
     nontrivial = [v for v in G.nodes if G.degree(v) >= 2]
     if not nontrivial:
         return 0.0
+    import networkx as nx  # deferred: ~0.1 s, for the reference only
+
     local = nx.clustering(G, nontrivial)
     return float(sum(local[v] for v in nontrivial) / len(nontrivial))
 
@@ -44,6 +49,8 @@ def clustering_coefficient(G: nx.Graph) -> float:
 def average_path_length(G: nx.Graph) -> float | None:
     """L(G): mean hop distance over ordered pairs (v_i, v_j), i != j, v_j reachable from v_i
     (SARL Eq. 5); None when there is no such pair."""
+    import networkx as nx  # deferred: ~0.1 s, for the reference only
+
     total, pairs = 0, 0
     for source, dists in nx.all_pairs_shortest_path_length(G):
         for target, d in dists.items():
@@ -98,6 +105,9 @@ class GraphMetrics:
 def graph_metrics_batch(label_seqs: Sequence[np.ndarray]) -> GraphMetrics:
     """C, L, node and edge counts of every response's reasoning map (SARL Eqs. 4-5), one compiled loop over
     the responses (`sarl.structure.kernels.graph_metrics_flat`); the same numbers as the networkx reference above."""
+    # deferred: numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
+    from sarl.structure.kernels import graph_metrics_flat
+
     seqs = [np.asarray(s, dtype=np.int64).ravel() for s in label_seqs]
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum([len(s) for s in seqs], out=offsets[1:])

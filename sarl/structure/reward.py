@@ -17,7 +17,7 @@ import numpy as np
 
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.threads import limited
-from sarl.structure.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch
+from sarl.structure.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch, load_kernels
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import VARIANTS, GraphMetrics, graph_metrics_batch
 from sarl.structure.steps import NO_THINK_MODES, ParsedSteps, parse_steps
@@ -128,6 +128,7 @@ class StructureReward(RewardFunction):
         self.no_think = no_think
         self.max_steps = max_steps
         self.failed_score = float(failed_score)
+        load_kernels()  # numba's compiled kernels, loaded now so that no call pays for them (not at import)
 
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         return [a.output for a in self._analyze(batch)]

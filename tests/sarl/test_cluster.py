@@ -1,13 +1,12 @@
 """decisions §1.3 "Clustering": k rule, HDBSCAN parameters, agreement with scikit-learn."""
 
-import warnings
-
 import numpy as np
 import pytest
-from sklearn.cluster import HDBSCAN, KMeans
+from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 from sarl.structure.cluster import K_RULES, cluster_batch, cluster_steps, hdbscan_params, kmeans_k
+from sarl.structure.reference import sklearn_hdbscan_labels
 
 
 def unit(x):
@@ -101,11 +100,7 @@ def test_hdbscan_labels_equal_scikit_learn(seed):
     for _ in range(25):
         m = int(rng.integers(2, 120))
         x, _ = blobs(rng, m, int(rng.choice([16, 384])), int(rng.integers(1, 7)), rng.uniform(0.05, 1.5))
-        mcs, ms = hdbscan_params(m)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ref = HDBSCAN(min_cluster_size=mcs, min_samples=ms, algorithm="brute").fit(x).labels_
-        np.testing.assert_array_equal(cluster_steps(x, "hdbscan"), ref)
+        np.testing.assert_array_equal(cluster_steps(x, "hdbscan"), sklearn_hdbscan_labels(x))
 
 
 def test_hdbscan_noise_and_separated_clusters():
@@ -173,3 +168,29 @@ def test_bad_embeddings_raise_clear_errors():
         cluster_steps(np.ones((2, 3, 4)))
     with pytest.raises(ValueError, match="kmeans, hdbscan"):
         cluster_steps(np.ones((3, 4)), "dbscan")
+
+
+def test_importing_the_reward_loads_no_compiled_kernels_and_no_scikit_learn():
+    """`from sarl import StructureReward` loads neither numba (the compiled kernels), scikit-learn nor networkx (the
+    references); building a reward loads the kernels (`load_kernels`), so that no call pays for them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    heavy = ("numba", "sklearn", "scipy", "networkx", "sarl.structure.kernels", "sarl.structure.hdbscan_kernels")
+    code = (
+        "import sys\nfrom sarl import StructureReward\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "from sarl.structure.embed.base import Embedder\n"
+        "class Fixed(Embedder):\n    def _embed_unique(self, texts):\n        return [[1.0, 0.0]] * len(texts), {}\n"
+        "StructureReward(Fixed(dim=2))\n"
+        "print(sorted(m for m in ('numba', 'sarl.structure.kernels', 'sarl.structure.gram', "
+        "'sarl.structure.hdbscan_kernels', 'sklearn') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [
+        "[]",
+        "['numba', 'sarl.structure.gram', 'sarl.structure.hdbscan_kernels', 'sarl.structure.kernels']",
+    ]

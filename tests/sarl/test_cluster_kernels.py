@@ -1,82 +1,19 @@
-"""The compiled structure-stage kernels (sarl.structure.kernels) against plain numpy references written from the same
-definitions: KMeans labels and HDBSCAN's spanning tree equal bit for bit, whatever the batch."""
-
-import math
+"""The compiled structure-stage kernels (sarl.structure.kernels, gram, hdbscan_kernels) on their own: edge cases,
+overflow and NaN, read-only inputs, labels whatever the batch, both Gram block shapes, compiling without a cache.
+Their equality with the plain reference beside them (sarl.structure.reference): tests/sarl/test_cluster_reference.py."""
 
 import numpy as np
 import pytest
 
 from sarl.structure import gram as gram_module
 from sarl.structure import kernels
-from sarl.structure.cluster import _U_COLUMNS, cluster_batch, hdbscan_params, kmeans_k
+from sarl.structure.cluster import cluster_batch, kmeans_draws, kmeans_k
 from sarl.structure.gram import gram
-from sarl.structure.kernels import hdbscan_mst, hdbscan_tree_labels, kmeans_labels, squared_distances
-
-
-def reference_kmeans(x: np.ndarray, k: int, u: np.ndarray, max_iter: int = 300) -> np.ndarray:
-    """Greedy k-means++ (scikit-learn's 2 + ln k local trials) and Lloyd's iterations in kernel form, in numpy
-    one response at a time: the arithmetic sarl.structure.kernels.kmeans_labels compiles, from the same Gram matrix."""
-    g = gram(np.ascontiguousarray(x)).astype(np.float64)
-    m = len(x)
-    sq = np.diagonal(g)
-    d2 = np.maximum((sq[:, None] + sq[None, :]) - 2.0 * g, 0.0)
-    np.fill_diagonal(d2, 0.0)
-    trials = 2 + int(math.log(k))
-    centers = [min(int(u[0, 0] * m), m - 1)]
-    closest = np.where(d2[centers[0]] < 1e-12, 0.0, d2[centers[0]])
-    for j in range(1, k):
-        cum = np.cumsum(closest)
-        cands = [int(np.argmax(cum > u[j, t] * cum[-1])) for t in range(trials)]
-        rows = [np.where(d2[c] < 1e-12, 0.0, d2[c]) for c in cands]
-        potentials = [np.cumsum(np.minimum(closest, r))[-1] for r in rows]
-        best = int(np.argmin(potentials))
-        centers.append(cands[best])
-        closest = np.minimum(closest, rows[best])
-    labels = d2[:, centers].argmin(1)
-    for _ in range(max_iter):
-        w = np.eye(k)[labels]
-        counts = w.sum(0)
-        gw = g @ w
-        safe = np.maximum(counts, 1.0)
-        cc = (w * gw).sum(0) / safe**2
-        dist = sq[:, None] - 2.0 * gw / safe[None, :] + cc[None, :]
-        dist[:, counts == 0] = np.inf
-        new = dist.argmin(1)
-        if np.array_equal(new, labels):
-            break
-        labels = new
-    return labels
-
-
-def responses(rng, n, dim, dtype):
-    out = []
-    for _ in range(n):
-        m = int(rng.integers(2, 120))
-        if rng.random() < 0.5:  # planted functions
-            k = kmeans_k(m)
-            x = rng.normal(size=(k, dim))[rng.integers(0, k, m)] + 0.6 * rng.normal(size=(m, dim))
-        else:
-            x = rng.normal(size=(m, dim))
-        if rng.random() < 0.15:  # repeated steps: k capped by the distinct rows
-            x[: m // 2] = x[0]
-        out.append((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(dtype))
-    return out
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_kmeans_labels_equal_the_numpy_reference(dtype):
-    rng = np.random.default_rng(11)
-    xs = responses(rng, 150, 48, dtype)
-    u = np.random.default_rng(4).random((kmeans_k(120), _U_COLUMNS))
-    got = cluster_batch(xs, seed=4)
-    for x, labels in zip(xs, got):
-        k = kmeans_k(len(x), len(np.unique(x, axis=0)))
-        np.testing.assert_array_equal(labels, reference_kmeans(x, k, u))
-        assert len(np.unique(labels)) <= k
+from sarl.structure.kernels import kmeans_labels, squared_distances
 
 
 def test_kmeans_kernel_handles_the_edge_cases():
-    u = np.random.default_rng(0).random((4, _U_COLUMNS))
+    u = kmeans_draws(0, 4)
     same = np.ones((5, 3), dtype=np.float32)  # every step the same: k = 1
     g = same @ same.T
     d2, min_off, finite = squared_distances(g)
@@ -100,88 +37,6 @@ def test_embeddings_whose_squares_overflow_float32_are_clustered_in_float64():
         cluster_batch([1e200 * x])
     with pytest.raises(ValueError, match=r"embeddings\[1\] contains NaN"):
         cluster_batch([x, np.full((1, 16), np.inf)])
-
-
-def reference_mst(x: np.ndarray, min_samples: int):
-    """scikit-learn's brute-force HDBSCAN path in numpy: `euclidean_distances` (its order of operations, norms
-    by einsum as `row_norms`), core distances, mutual reachability, Prim's tree as
-    `mst_from_mutual_reachability` builds it."""
-    x = x.astype(np.float64)
-    xx = np.einsum("ij,ij->i", x, x)
-    d = -2 * (x @ x.T)
-    d += xx[:, None]
-    d += xx[None, :]
-    d = np.sqrt(np.maximum(d, 0.0))
-    np.fill_diagonal(d, 0.0)
-    core = np.partition(d, min_samples - 1, axis=1)[:, min_samples - 1]
-    mr = np.maximum(np.maximum(core[:, None], core[None, :]), d)
-    m = len(x)
-    in_tree, best, current, edges = np.zeros(m, bool), np.full(m, np.inf), 0, []
-    for _ in range(m - 1):
-        in_tree[current] = True
-        best = np.minimum(best, mr[current])
-        masked = np.where(in_tree, np.inf, best)
-        nxt = int(masked.argmin())
-        edges.append((current, nxt, masked[nxt]))
-        current = nxt
-    return edges
-
-
-def tie_heavy(rng, n):
-    """Responses whose distances tie often: small integer grids, repeated steps, tight clusters."""
-    out = []
-    for t in range(n):
-        m = int(rng.integers(2, 90))
-        if t % 3 == 0:
-            x = rng.integers(0, 3, size=(m, 3)).astype(float)
-        elif t % 3 == 1:
-            x = rng.normal(size=(m, 4))
-            x[: m // 3] = x[0]
-        else:
-            k = max(1, int(np.sqrt(m)))
-            x = rng.normal(size=(k, 16))[rng.integers(0, k, m)] + 0.05 * rng.normal(size=(m, 16))
-        out.append(x)
-    return out
-
-
-def test_hdbscan_tree_equals_the_numpy_reference():
-    rng = np.random.default_rng(8)
-    for x in responses(rng, 60, 24, np.float32) + tie_heavy(rng, 30):
-        x64 = np.ascontiguousarray(x, dtype=np.float64)
-        ms = hdbscan_params(len(x))[1]
-        src, dst, dist = hdbscan_mst(x64 @ x64.T, np.einsum("ij,ij->i", x64, x64), ms)
-        assert list(zip(src.tolist(), dst.tolist(), dist.tolist())) == reference_mst(x, ms)
-
-
-def test_hdbscan_tree_labels_equal_scikit_learns_tree_routines():
-    """The compiled single linkage, condensed tree and excess-of-mass selection against scikit-learn's own
-    make_single_linkage + tree_to_labels on the same sorted spanning trees (ties included)."""
-    from sklearn.cluster._hdbscan._linkage import MST_edge_dtype, make_single_linkage
-    from sklearn.cluster._hdbscan._tree import tree_to_labels
-
-    rng = np.random.default_rng(9)
-    for x in tie_heavy(rng, 150) + responses(rng, 50, 8, np.float64):
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        mcs, ms = hdbscan_params(len(x))
-        src, dst, dist = hdbscan_mst(x @ x.T, np.einsum("ij,ij->i", x, x), ms)
-        mst = np.empty(len(x) - 1, dtype=MST_edge_dtype)
-        mst["current_node"], mst["next_node"], mst["distance"] = src, dst, dist
-        order = np.argsort(mst["distance"])
-        expected = tree_to_labels(make_single_linkage(mst[order]), mcs, "eom", False, 0.0, None)[0]
-        np.testing.assert_array_equal(hdbscan_tree_labels(src[order], dst[order], dist[order], mcs), expected)
-
-
-def test_hdbscan_labels_equal_scikit_learn_on_tie_heavy_data():
-    import warnings
-
-    from sklearn.cluster import HDBSCAN
-
-    for x in tie_heavy(np.random.default_rng(10), 120):
-        mcs, ms = hdbscan_params(len(x))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            expected = HDBSCAN(min_cluster_size=mcs, min_samples=ms, algorithm="brute").fit(x).labels_
-        np.testing.assert_array_equal(cluster_batch([x], method="hdbscan")[0], expected)
 
 
 @pytest.mark.parametrize("method", ["kmeans", "hdbscan"])

@@ -5,6 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import sarl.structure.cluster as cluster
+import sarl.structure.kernels as kernels
 import sarl.structure.reward as structure_reward
 from sarl.backends.verl.config import reward_cores_problem
 from sarl.bench.reward_step import StandInEmbedder, paper_batch
@@ -109,14 +110,14 @@ def test_the_reward_on_two_threads_gives_what_one_thread_gives():
     assert [o.score for o in outputs[2]] == [o.score for o in outputs[1]]
     assert [o.diagnostics for o in outputs[2]] == [o.diagnostics for o in outputs[1]]
     seen = []
-    real = cluster.kmeans_labels
+    real = kernels.kmeans_labels
 
     def spy(*args):
         seen.append(pool_sizes())
         return real(*args)
 
     with pytest.MonkeyPatch.context() as mp, limited(2):
-        mp.setattr(cluster, "kmeans_labels", spy)
+        mp.setattr(kernels, "kmeans_labels", spy)
         cluster.cluster_batch(list(np.random.default_rng(0).normal(size=(6, 5, 4))), threads=2)
     blas = [{api: n for api, n in pools.items() if api in ("openblas", "mkl", "blis")} for pools in seen]
     assert len(seen) == 6 and all(set(pools.values()) == {1} for pools in blas)  # 2 responses x 1 BLAS thread

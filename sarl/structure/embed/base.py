@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sarl.contract.threads import run_each
-from sarl.structure.kernels import ROW_NON_FINITE, ROW_NORM_OVERFLOW, ROW_OK, ROW_ZERO_NORM, normalise_rows
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +18,6 @@ VALIDATE_CHUNK_ROWS = 512
 
 # Rows a thread normalises at a time when `embed` has several (16 MB of float32 at 1,024 dimensions).
 CHUNK_ROWS = 4096
-# Why a row fails, by `normalise_rows` verdict (decisions §1.2 "Embeddings").
-_ROW_REASONS = {
-    ROW_NON_FINITE: "non-finite embedding: NaN or inf in the vector",
-    ROW_NORM_OVERFLOW: "non-finite embedding: the vector's norm overflows float64",
-    ROW_ZERO_NORM: "zero embedding: the vector has norm 0",
-}
 # Model outputs normalised in place by `normalise_rows` (the 2-D fast path of `Embedder.embed`).
 _DENSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -173,6 +166,9 @@ class Embedder(ABC):
         rows[k] < 0 skips row k. One compiled pass (`sarl.structure.kernels.normalise_rows`) with the norm
         of `row_norms`, so a vector's unit vector does not depend on the batch or on the path it took;
         `threads` > 1 splits the rows into chunks normalised side by side (each row's result is the same)."""
+        # deferred: numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
+        from sarl.structure.kernels import ROW_OK, ROW_REASONS, normalise_rows
+
         if (threads or 1) > 1 and len(x) >= 2 * CHUNK_ROWS:
             verdict = np.empty(len(x), dtype=np.uint8)
             starts = list(range(0, len(x), CHUNK_ROWS))
@@ -185,7 +181,7 @@ class Embedder(ABC):
         else:
             verdict = normalise_rows(x, rows, float(self.norm_eps), out)
         for k in np.flatnonzero((verdict != ROW_OK) & (rows >= 0)):
-            reasons[int(rows[k])] = _ROW_REASONS[int(verdict[k])]
+            reasons[int(rows[k])] = ROW_REASONS[int(verdict[k])]
 
 
 def row_norms(x: np.ndarray) -> np.ndarray:
