@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from eval.cache import safe_name
 from sarl.runtime.errors import UserError, composition_error_message, refuse_new_keys
 from sarl.runtime.files import CONF_DIR
-from sarl.runtime.runs import resolve_run_dir as train_run_dir
+from sarl.runtime.runs import resolve_run_dir
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
 
@@ -180,5 +180,5 @@ def build(node: DictConfig, *args: Any) -> Any:
         raise
 
 
-def resolve_run_dir(cfg: DictConfig, name: str) -> Path:
-    return train_run_dir(cfg, f"eval/{safe_name(name)}")
+def eval_run_dir(cfg: DictConfig, name: str) -> Path:
+    return resolve_run_dir(cfg, f"eval/{safe_name(name)}")

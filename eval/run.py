@@ -35,9 +35,9 @@ from eval.cache import SampleCache, atomic_write_text, stable_hash
 from eval.code import run_code
 from eval.config import (
     compose_eval_config,
+    eval_run_dir,
     generator_chosen,
     generator_name,
-    resolve_run_dir,
     run_name,
     training_run,
     usable_generator,
@@ -102,7 +102,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
         log.info("a %s model (%s): %s asked as the protocol asks %s models", kind, why, ", ".join(plan.by_kind), kind)
     if trained_by and not cfg.name:
         log.info("run name %s: the row of the training run %s (name=NAME for another)", name, trained_by["run_dir"])
-    run_dir = check_writable_dir(resolve_run_dir(cfg, name), "run_dir")
+    run_dir = check_writable_dir(eval_run_dir(cfg, name), "run_dir")
     handler = logging.FileHandler(run_dir / "eval.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     logging.getLogger().addHandler(handler)

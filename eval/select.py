@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.config import resolve_run_dir, run_name
+from eval.config import eval_run_dir, run_name
 from sarl.runtime.checkpoints import (
     FINAL_SUBDIR,
     Checkpoint,
@@ -127,7 +127,7 @@ def select_and_evaluate(cfg: DictConfig, evaluate: Callable[[DictConfig, dict | 
         run_dir = pipeline_final(run_dir).parent
     ckpts = checkpoints_of(run_dir)
     name = run_name(cfg)
-    eval_dir = Path(str(cfg.run_dir)) if cfg.run_dir else resolve_run_dir(cfg, name)
+    eval_dir = Path(str(cfg.run_dir)) if cfg.run_dir else eval_run_dir(cfg, name)
     log.info(
         "select=%s: %d checkpoint(s) of %s (steps %s) on the held-out set %s, then the pick on protocol %s",
         rule,

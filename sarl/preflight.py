@@ -56,7 +56,7 @@ def check_memory_plan(
         return []  # backend=verl_cpu: no GPU to plan
     copies, where, seq = verl_preflight.reward_processes(verl_cfg)
     beside = maxflow_gpu_items(reward_cfg, copies, where, seq, allow_download, skip_missing)
-    return verl_preflight.check_memory_plan(cfg, verl_cfg, reward_cfg, beside, allow_download, skip_missing)
+    return verl_preflight.check_verl_memory_plan(cfg, verl_cfg, reward_cfg, beside, allow_download, skip_missing)
 
 
 def cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, reward_cfg: dict) -> list[Check]:

@@ -48,8 +48,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.contract.metrics import batch_diagnostic_keys
-from sarl.contract.reward import Reward, RewardOutput, RolloutBatch, reward_class
-from sarl.contract.reward import build_reward as build_reward_node
+from sarl.contract.reward import Reward, RewardOutput, RolloutBatch, build_reward, reward_class
 from sarl.runtime.errors import (
     UserError,
     check_output_file,
@@ -309,11 +308,11 @@ def reward_record(rid: object, o: RewardOutput, keys: list[str]) -> dict:
     return {"id": rid, "score": o.score, **{k: _json_value(o.diagnostics.get(k)) for k in keys}, "failed": o.failed}
 
 
-def build_reward(cfg: DictConfig, name: str) -> Reward:
+def scoring_reward(cfg: DictConfig, name: str) -> Reward:
     """The reward `cfg.reward` describes; a setting it refuses (a ValueError, a missing model path) is a
     UserError naming the reward."""
     try:
-        return build_reward_node(cfg.reward)
+        return build_reward(cfg.reward)
     except InstantiationException as err:
         raise UserError(f"reward={name} cannot be built: {_one_line(err.__cause__ or err)}") from err
     except ValueError as err:  # reward.threads
@@ -416,12 +415,12 @@ def score(cfg: DictConfig) -> None:
     if cfg.view is not None:
         row = find_row(data, str(cfg.view))
         check_writable_dir(cfg.plot_dir, "plot_dir")
-        view_one(cfg, build_reward(cfg, name), row)
+        view_one(cfg, scoring_reward(cfg, name), row)
         return
     out_path = check_output_file(cfg.output, "output", inputs=(cfg.input,))
     if cfg.plot:
         check_writable_dir(cfg.plot_dir, "plot_dir")
-    reward = build_reward(cfg, name)
+    reward = scoring_reward(cfg, name)
     outputs, analyses = score_rows(reward, data.rows, groups, cfg.batch_size)
     check_gold(data, outputs, name)
     n = len(data.rows)

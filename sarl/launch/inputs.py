@@ -128,7 +128,7 @@ def download(need: Need) -> None:
         raise UserError(str(err)) from err
 
 
-def report(needs: list[Need]) -> tuple[str, bool]:
+def inputs_table(needs: list[Need]) -> tuple[str, bool]:
     """One line per input (✓ here, ✗ missing and the command that fetches it) and whether all are here."""
     lines, ok = [], True
     for need in needs:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text, ok = report(needs)
+    text, ok = inputs_table(needs)
     sys.stdout.write(text)
     return 0 if ok else 1
 

@@ -200,7 +200,7 @@ def planned(cfg: DictConfig) -> bool:
     return cfg.algorithm.name == "dpo" and bool(cfg.model.get("path")) and not cfg.backend.use_cpu
 
 
-def check_memory_plan(
+def check_trl_memory_plan(
     cfg: DictConfig, gpu_gib: float, source: str, allow_download: bool = False, skip_missing: bool = False
 ) -> list[Check]:
     """The plan of one GPU of the run against `gpu_gib` (its `source`: measured or backend.gpu_memory_gib); a policy

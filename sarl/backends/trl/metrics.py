@@ -107,12 +107,12 @@ class MetricsRecorder(TrainerCallback):
             )
             f.flush()
             os.fsync(f.fileno())
-        log.info("step %d  %s", row["step"], step_line(row))
+        log.info("step %d  %s", row["step"], metrics_step_line(row))
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=row["step"])
 
 
-def step_line(row: dict[str, Any]) -> str:
+def metrics_step_line(row: dict[str, Any]) -> str:
     """`reward=0.53 SR=0.53 KL=0.002 ...`: the table's columns present in one record."""
     cells = [f"{title}={row[key]:.4g}" for title, key in TABLE[1:] if row.get(key) is not None]
     return " ".join(cells)

@@ -18,7 +18,7 @@ def run_trl_cheap_checks(cfg: DictConfig) -> None:
     `backend.gpu_memory_gib` (measuring the GPU would leave a CUDA context in sarl.train's process, on the GPU
     of rank 0). Raise PreflightError naming every failure and its fix."""
     gib, source = gpu_gib(cfg, measure=False)
-    raise_failed([*check_devices(cfg), *trl_memory.check_memory_plan(cfg, gib, source, skip_missing=True)])
+    raise_failed([*check_devices(cfg), *trl_memory.check_trl_memory_plan(cfg, gib, source, skip_missing=True)])
 
 
 def trl_preflight(cfg: DictConfig) -> list[Check]:
@@ -27,4 +27,4 @@ def trl_preflight(cfg: DictConfig) -> list[Check]:
     checks = [*row_checks(cfg), *([] if cfg.backend.use_cpu else [check_gpus(cfg, processes(cfg))])]
     if cfg.model.get("path"):
         checks.append(check_model_files(cfg, {}))
-    return [*checks, *trl_memory.check_memory_plan(cfg, *gpu_gib(cfg), allow_download=True), check_wandb(cfg)]
+    return [*checks, *trl_memory.check_trl_memory_plan(cfg, *gpu_gib(cfg), allow_download=True), check_wandb(cfg)]

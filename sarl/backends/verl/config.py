@@ -136,7 +136,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
     values["trainer.logger"] = with_file_logger(cfg.logger.backends)
     if b.get("cpu", False):  # backend=verl_cpu (sarl/backends/verl/cpu)
-        values.update(cpu.verl_values(cfg))
+        values.update(cpu.cpu_verl_values(cfg))
     values.update(_flatten(OmegaConf.to_container(b.overrides, resolve=True)))
     return values
 
@@ -158,7 +158,7 @@ def process_env(cfg: DictConfig, run_dir: str | Path) -> dict[str, str]:
     env = {"VERL_FILE_LOGGER_PATH": str(Path(run_dir) / METRICS_FILE)}
     if cfg.backend.get("cpu", False):
         modules.append(cpu.PLUGIN_MODULE)
-        env.update(cpu.process_env(Path(run_dir)))
+        env.update(cpu.cpu_process_env(Path(run_dir)))
     return {"VERL_USE_EXTERNAL_MODULES": ",".join(modules), **env}
 
 

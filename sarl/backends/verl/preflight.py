@@ -67,12 +67,15 @@ def check_stack() -> list[Check]:
 
 
 def check_cpu_stack() -> list[Check]:
-    """`backend=verl_cpu`: verl at the version the project runs and every package of requirements/cpu.lock at its
-    version (torch's CPU build; no CUDA, vLLM or flash-attn: the run samples with Hugging Face and trains with gloo)."""
+    """`backend=verl_cpu`: verl at the version the project runs and every package of the lock this environment was
+    made from at its version: requirements/cpu.lock (torch's CPU build, no vLLM), or gpu.lock where vLLM is
+    installed (a GPU node's environment; the run needs no CUDA, vLLM or flash-attn: it samples with Hugging Face
+    and trains with gloo)."""
     v = installed_version("verl")
     ok = v is not None and v.startswith(STACK["verl"])
     fix = "" if ok else f"bash scripts/setup.sh (verl {STACK['verl']}x from requirements/cpu.lock)"
-    return [Check("verl", ok, f"verl {v}" if v else "verl not installed", fix), check_lock(stack.CPU_LOCK)]
+    lock = stack.GPU_LOCK if installed_version("vllm") else stack.CPU_LOCK
+    return [Check("verl", ok, f"verl {v}" if v else "verl not installed", fix), check_lock(lock)]
 
 
 def check_lock(lock_path: Path = stack.GPU_LOCK) -> Check:
@@ -137,7 +140,7 @@ def memory_plan_fix(plan: memory.MemoryPlan, verl_cfg: DictConfig, shared: list[
     return "set " + ", or ".join(fixes)
 
 
-def check_memory_plan(
+def check_verl_memory_plan(
     cfg: DictConfig,
     verl_cfg: DictConfig,
     reward_cfg: dict,

@@ -188,17 +188,17 @@ def test_single_process_rows_are_unchanged(tmp_path):
 
 
 def test_the_preflight_accepts_dpo_open_and_refuses_one_float32_gpu():
-    (ok,) = trl_memory.check_memory_plan(dpo_open(), H100, "backend.gpu_memory_gib")
+    (ok,) = trl_memory.check_trl_memory_plan(dpo_open(), H100, "backend.gpu_memory_gib")
     assert ok.ok and "8 GPU(s), 4 pairs per micro-batch: 30.4 of 79.6 GiB (38%)" in ok.detail
-    (bad,) = trl_memory.check_memory_plan(
+    (bad,) = trl_memory.check_trl_memory_plan(
         dpo_open("train.n_gpus_per_node=1", "backend.bf16=false"), H100, "backend.gpu_memory_gib"
     )
     assert not bad.ok and "111.0 of 79.6 GiB (139%)" in bad.detail and bad.fix == "set train.n_gpus_per_node=3"
     checks = {c.name: c for c in trl_preflight.trl_preflight(dpo_open("train.n_gpus_per_node=1", "backend.bf16=false"))}
     assert not checks["memory plan"].ok and checks["TRL config"].ok and checks["models"].ok
     missing = dpo_open("model.path=/nowhere")
-    assert not trl_memory.check_memory_plan(missing, H100, "x")[0].ok
-    assert trl_memory.check_memory_plan(missing, H100, "x", skip_missing=True) == []
+    assert not trl_memory.check_trl_memory_plan(missing, H100, "x")[0].ok
+    assert trl_memory.check_trl_memory_plan(missing, H100, "x", skip_missing=True) == []
 
 
 def test_the_preflight_command_checks_a_trl_row(capsys):

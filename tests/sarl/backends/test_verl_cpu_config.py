@@ -96,7 +96,7 @@ def test_sft_stages_keep_their_shipped_traces():
 
 def test_the_verl_settings_of_a_cpu_run():
     cfg, _ = compose("+exp=grpo_gt_math", "backend=verl_cpu")
-    values = cpu.verl_values(cfg)
+    values = cpu.cpu_verl_values(cfg)
     assert values["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 1
     assert values["actor_rollout_ref.rollout.max_model_len"] == 320 + 192

@@ -5,8 +5,8 @@ trainer class, hooks and pipeline stages) with the pieces that let verl run with
 
 - a verl platform plugin ("cpu": sarl.backends.verl.cpu.platform) and the "hf" rollout server back end
   (sarl.backends.verl.cpu.rollout), loaded in every process of the run by verl's own `VERL_USE_EXTERNAL_MODULES`
-  and selected by `VERL_PLATFORM=cpu` (`process_env`);
-- the settings that fit a 2-core machine (`verl_values`): Ray with a logical GPU and 16 logical CPUs (verl's pools
+  and selected by `VERL_PLATFORM=cpu` (`cpu_process_env`);
+- the settings that fit a 2-core machine (`cpu_verl_values`): Ray with a logical GPU and 16 logical CPUs (verl's pools
   ask for a GPU per worker and 3 CPUs per bundle; TransferQueue's controller and storage units 1 CPU each: on
   2 real cores the defaults wait forever), one TransferQueue storage unit, FSDP2 (FSDP1's
   `sync_module_states` refuses CPU parameters), sdpa attention, no torch.compile, one GPU's worth of workers
@@ -145,7 +145,7 @@ def _value(v: Any) -> str:
 # -- the verl config and environment of a CPU run ----------------------------------------------------------------
 
 
-def verl_values(cfg: DictConfig) -> dict[str, Any]:
+def cpu_verl_values(cfg: DictConfig) -> dict[str, Any]:
     """verl keys of a CPU run, applied after the row's (module docstring); Ray's resources are set by
     `ray_init_values`, outside verl's schema."""
     response = int(cfg.train.max_response_length)
@@ -175,7 +175,7 @@ def verl_values(cfg: DictConfig) -> dict[str, Any]:
 RAY_INIT = {"num_cpus": 16, "num_gpus": 1, "include_dashboard": False}
 
 
-def process_env(run_dir: Path) -> dict[str, str]:
+def cpu_process_env(run_dir: Path) -> dict[str, str]:
     """What the CPU run's processes need in their environment (beside sarl.backends.verl.config.process_env's)."""
     return {
         "VERL_PLATFORM": PLATFORM,
