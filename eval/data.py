@@ -17,7 +17,7 @@ from typing import Any
 
 from eval.cache import stable_hash
 from eval.grading.gold import gold_answers
-from eval.sandbox import check_tests
+from eval.sandbox import gold_tests_problem
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import read_jsonl, resolve_path
 
@@ -115,7 +115,7 @@ def load_benchmark(path: str | Path, benchmark: str, kind: str, limit: int | Non
                 raise ValueError(f"{where} (id {pid!r}): {err}") from err
         elif kind == "code":
             gold = (row.get("reward_model") or {}).get("ground_truth")
-            problem = check_tests(gold.get("tests")) if isinstance(gold, dict) else "not a dict with tests"
+            problem = gold_tests_problem(gold.get("tests")) if isinstance(gold, dict) else "not a dict with tests"
             if problem:
                 raise ValueError(f"{where} (id {pid!r}): the ground truth is not code tests: {problem}")
         else:

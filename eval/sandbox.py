@@ -87,7 +87,7 @@ class CodeProblem:
     stdin: bool = False
 
 
-def check_tests(tests: object) -> str | None:
+def gold_tests_problem(tests: object) -> str | None:
     """Why `tests` cannot be handed to the judge (not a str, or not Python), None when it can."""
     if not isinstance(tests, str) or not tests.strip():
         return f"tests must be non-empty Python source, got {type(tests).__name__}"
@@ -103,7 +103,7 @@ def problem_of(gold: Any) -> CodeProblem:
     (sarl.data.code_tests). ValueError says why a ground truth cannot be judged."""
     if not isinstance(gold, Mapping):
         raise ValueError(f"not a dict with tests: a {type(gold).__name__}")
-    problem = check_tests(gold.get("tests"))
+    problem = gold_tests_problem(gold.get("tests"))
     if problem:
         raise ValueError(problem)
     prelude = gold.get("prelude") or ""

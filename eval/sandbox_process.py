@@ -245,7 +245,7 @@ class ProgramRun:
         verdict, judge_err, judge_status = None, b"", None
         try:
             why, output, verdict_bytes = self._loop()
-            verdict = parse_verdict(verdict_bytes) if not why else None
+            verdict = read_verdict(verdict_bytes) if not why else None
         finally:
             if verdict is None:  # no verdict (timeout, output cap, a judge that died): this judge is done
                 judge_err = self.judge.err_tail()
@@ -387,7 +387,7 @@ def wait_uid_gone(uid: int, limit_s: float = 2.0) -> None:
         time.sleep(0.005)
 
 
-def parse_verdict(data: bytes) -> dict | None:
+def read_verdict(data: bytes) -> dict | None:
     """The judge's verdict frame as a dict with its required fields, or None (no verdict: the judge failed)."""
     try:
         size = int.from_bytes(data[:4], "big")

@@ -187,7 +187,7 @@ def reward_calls(groups: list[str], batch_size: int) -> list[list[int]]:
     return [c for c in calls if c]
 
 
-def rollout_batch(rows: list[dict], groups: list[str]) -> RolloutBatch:
+def rows_batch(rows: list[dict], groups: list[str]) -> RolloutBatch:
     """The rows as the batch a back end hands a reward (module docstring: the fields and what reads them)."""
     return RolloutBatch(
         prompts=[str(r.get("prompt") or "") for r in rows],
@@ -208,7 +208,7 @@ def score_rows(
     outputs: list[RewardOutput | None] = [None] * len(rows)
     analyses: list[StructureAnalysis | None] = [None] * len(rows)
     for call in reward_calls(groups, batch_size):
-        batch = rollout_batch([rows[i] for i in call], [groups[i] for i in call])
+        batch = rows_batch([rows[i] for i in call], [groups[i] for i in call])
         if structure:
             for i, a in zip(call, reward.analyze(batch)):
                 analyses[i], outputs[i] = a, a.output

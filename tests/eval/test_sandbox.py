@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.sandbox import SLOTS_PER_PROCESS, CodeProblem, Sandbox, check_tests, last_code_block, problem_of
+from eval.sandbox import SLOTS_PER_PROCESS, CodeProblem, Sandbox, gold_tests_problem, last_code_block, problem_of
 from eval.sandbox_wire import WireError, wire_decode, wire_encode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -489,8 +489,8 @@ def test_run_many_keeps_the_order(sandbox):
 def test_settings_and_ground_truths_are_checked():
     with pytest.raises(ValueError, match="timeout_s=0 must be positive"):
         Sandbox(timeout_s=0)
-    assert check_tests("assert x ==") is not None and check_tests(None) is not None
-    assert check_tests("assert 1\n") is None
+    assert gold_tests_problem("assert x ==") is not None and gold_tests_problem(None) is not None
+    assert gold_tests_problem("assert 1\n") is None
     assert problem_of({"tests": "assert f()", "prelude": "import math"}) == CodeProblem("assert f()", "import math")
     with pytest.raises(ValueError, match="prepared by an older version"):
         problem_of({"tests": "exec(CODE)", "stdin": True})

@@ -70,7 +70,7 @@ def truncate_metrics(path: str | Path, last_step: int) -> int:
     return len(rows) - len(keep)
 
 
-def canonical(row: dict[str, Any]) -> dict[str, Any]:
+def verl_style(row: dict[str, Any]) -> dict[str, Any]:
     """Each value once (module docstring): TRL's names renamed to verl's, a lone reward function's copy dropped."""
     out = {ALIASES.get(k, k): v for k, v in row.items()}
     functions = {k.split("/")[1] for k in out if k.startswith("rewards/") and k.endswith("/mean") and k.count("/") == 2}
@@ -99,7 +99,7 @@ class MetricsRecorder(TrainerCallback):
                 row[key] = float(value)
             elif value is None:
                 row[key] = None
-        row = canonical(row)
+        row = verl_style(row)
         with self.path.open("a") as f:
             f.write(
                 json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})

@@ -13,7 +13,6 @@ step = micro_batch_size_per_gpu x gradient_accumulation_steps (x processes).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -84,8 +83,3 @@ def sft_args(cfg: DictConfig, run_dir: Path):
         loss_type="nll",
         shuffle_dataset=bool(cfg.train.shuffle),
     )
-
-
-def describe(args: Any) -> dict[str, Any]:
-    keys = sorted(k for k in vars(type(args)).get("__dataclass_fields__", {}) if not k.startswith("_"))
-    return json.loads(json.dumps({k: getattr(args, k) for k in keys}, default=str))

@@ -76,7 +76,7 @@ def read_cache(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
     return out, bad
 
 
-def sft_rows(examples: Sequence[dict[str, str]], recipe: str, data_source: str) -> tuple[list[dict], list[dict]]:
+def sft_records(examples: Sequence[dict[str, str]], recipe: str, data_source: str) -> tuple[list[dict], list[dict]]:
     """(verl parquet rows, TRL jsonl rows) of the examples.
 
     verl 0.9.1's SFT trainer (`verl.utils.dataset.multiturn_sft_dataset`) reads the `messages` column (loss on
@@ -188,7 +188,7 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
     for ex in examples:
         stages[f"examples_{ex['kind']}"] += 1
     stages["examples"] = len(examples)
-    parquet_rows, trl_rows = sft_rows(examples, recipe["name"], str(source_record.get("source")))
+    parquet_rows, trl_rows = sft_records(examples, recipe["name"], str(source_record.get("source")))
     outputs: dict[str, Any] = {}
     parquet, trl = out_dir / "train.parquet", out_dir / "train.trl.jsonl"
     if not examples:  # no stale set from an earlier run beside a manifest that lists none
