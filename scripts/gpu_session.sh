@@ -20,8 +20,8 @@
 # ROW (default grpo_sarl_math) and ROW_ARGS (more overrides of the row, steps 2-4); GPUS (default 8): the GPUs per
 # node steps 3, 4 and 6 ask for; DATA_DIR (default data/): where the prepared sets go; SESSION_DIR (default
 # runs/gpu_session): where the session's folder goes.
-# CI rehearses steps 1-4 against a local SLURM cluster: LOCK=requirements/cpu.lock GPUS=0 ROW_ARGS="backend=verl_cpu
-# ..." (tests/slurm/test_gpu_session.py).
+# CI rehearses steps 1-4 against a local SLURM cluster and a stand-in Hub, with the GPU lock and GPUS=0
+# ROW_ARGS="backend=verl_cpu ..." (verl's trainer on the node's stack, without a GPU): tests/slurm/test_gpu_session.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-gpu}

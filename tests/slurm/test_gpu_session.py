@@ -2,7 +2,8 @@
 from a login node, against the local SLURM cluster, a stand-in Hugging Face Hub on loopback (the real download code,
 exact ids, no network) and `backend=verl_cpu` in place of the GPUs:
 
-1. a venv from the CPU lock, made by the checked Python 3.11;
+1. a venv from the GPU node's lock (requirements/gpu.lock: torch's CUDA build and vLLM, which run here without a GPU
+   as verl_cpu uses them), made by the checked Python 3.11;
 2. exactly the row's model (`Qwen/Qwen3-4B`: here the tiny smoke policy under that id) and data sets
    (`gneubig/aime-1983-2024` and `math-ai/aime25`: synthetic problems with the real columns and counts);
 3. the preflight of the row, as one srun task;
@@ -13,6 +14,7 @@ exact ids, no network) and `backend=verl_cpu` in place of the GPUs:
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_session.sh"
 AIME = "gneubig/aime-1983-2024"  # conf/data/aime_1983_2024.yaml's source
 AIME25 = "math-ai/aime25"  # conf/data/aime25.yaml's source
-SESSION_TIMEOUT_S = 2400  # a fresh venv from the lock (pip's cache warm from the CI's own), the inputs, the job
+SESSION_TIMEOUT_S = 2400  # a fresh venv from the lock (2.5 min with pip's cache warm from .venv-vllm's), the job
 
 
 def aime_sets(root: Path) -> dict[tuple[str, str], Path]:
@@ -67,7 +69,8 @@ def closed_port() -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(SESSION_TIMEOUT_S + 120)
-def test_the_first_gpu_session_runs_up_to_the_gpu(slurm_cluster, launch_policy_cache, tmp_path):
+def test_the_first_gpu_session_runs_up_to_the_gpu(slurm_cluster, launch_policy_cache, tmp_path, request):
+    request.addfinalizer(lambda: shutil.rmtree(tmp_path / "venv", ignore_errors=True))  # 11 GB: CUDA's libraries
     from sarl.launch.compose import compose_train_config
     from sarl.smoke.policy import policy_path
 
@@ -84,7 +87,6 @@ def test_the_first_gpu_session_runs_up_to_the_gpu(slurm_cluster, launch_policy_c
     env.update(slurm_cluster.env)
     env.update(
         HF_HOME=str(tmp_path / "hf_home"),
-        LOCK="requirements/cpu.lock",
         VENV=str(tmp_path / "venv"),
         SARL_PYTHON=sys._base_executable,  # the Python 3.11 that made this venv
         STEPS="1 2 3 4",
@@ -111,13 +113,13 @@ def test_the_first_gpu_session_runs_up_to_the_gpu(slurm_cluster, launch_policy_c
     for number, name in enumerate(("install", "inputs", "preflight", "row"), start=1):
         assert re.search(rf"step {number} \({name}\): done in \d+ s", proc.stdout), proc.stdout
 
-    # 1. the venv: the checked Python 3.11, the lock's versions
+    # 1. the venv: the checked Python 3.11, the GPU lock's versions
     venv = tmp_path / "venv" / "bin" / "python"
-    check = "import sys, torch; print(sys.version_info[:2], torch.__version__)"
-    lock = (REPO / "requirements" / "cpu.lock").read_text().splitlines()
-    lock_torch = next(ln for ln in lock if ln.startswith("torch=="))
-    out = subprocess.run([str(venv), "-c", check], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("(3, 11)") and lock_torch.split("==")[1] in out
+    check = "import sys, torch; from importlib.metadata import version as v; "
+    check += "print(sys.version_info[:2], torch.__version__, v('vllm'))"
+    lock = dict(ln.split("==", 1) for ln in (REPO / "requirements" / "gpu.lock").read_text().splitlines() if "==" in ln)
+    out = subprocess.run([str(venv), "-c", check], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:2] == ["(3,", "11)"] and out[2].split("+")[0] == lock["torch"] and out[3] == lock["vllm"], out
 
     # 2. exactly the row's inputs, by their exact ids
     asked = {tuple(r.split(" ", 1)[1].strip("/").split("/")[:4]) for r in hub.requests if "/api/" in r}
@@ -128,9 +130,9 @@ def test_the_first_gpu_session_runs_up_to_the_gpu(slurm_cluster, launch_policy_c
     for name in ("aime_1983_2024/train.parquet", "aime25/test.parquet"):
         assert (tmp_path / "data" / name).is_file()
 
-    # 3. the preflight passed as one task of the cluster, against the stack it runs on (verl_cpu: the CPU lock)
+    # 3. the preflight passed as one task of the cluster, against the stack it runs on (the GPU lock)
     assert re.search(r"(\d+) of \1 checks passed", logs["3_preflight.log"]), logs["3_preflight.log"][-3000:]
-    assert "stack = requirements/cpu.lock" in logs["3_preflight.log"]
+    assert "stack = requirements/gpu.lock" in logs["3_preflight.log"]
 
     # 4. the row: submitted, trained two steps, its weights there; the step's CPUs; W&B offline in one line
     row = session / "row"
