@@ -207,7 +207,7 @@ def parse_judgement(text: str | None) -> tuple[float | None, str | None]:
     return score, None
 
 
-class Judge:
+class WildBenchJudge:
     """An OpenAI-compatible chat endpoint as WildBench judge (GPT-4o as the leaderboard uses, or a local
     vLLM judge): temperature 0, 1024 tokens, JSON mode, as WildBench's own evaluation. `client`: the settings
     of its `eval.openai_client.ChatClient` (api_key, timeout_s, max_retries, backoff_s, ...), over
@@ -280,7 +280,7 @@ class Judge:
 
 def openai_judge(
     template_text: str, url: str, model: str, api_key_env: str | None, template: str, **settings: Any
-) -> Judge:
+) -> WildBenchJudge:
     """The judge conf/eval/judge/*.yaml describes (`_target_`; built by eval.run with `hydra.utils.instantiate`):
     any OpenAI-compatible chat endpoint at `url` serving `model`, with the API key from the environment variable
     `api_key_env`, scoring with `template_text` (the text of the template file or URL `template`)."""
@@ -290,4 +290,4 @@ def openai_judge(
             f"the WildBench judge at {url} needs an API key in ${api_key_env} (judge.api_key_env); or point "
             "judge.url and judge.model at a local OpenAI-compatible judge, or skip WildBench: benchmarks.wildbench=[]"
         )
-    return Judge(str(url), str(model), template_text, api_key=api_key, **settings)
+    return WildBenchJudge(str(url), str(model), template_text, api_key=api_key, **settings)

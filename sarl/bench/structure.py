@@ -120,7 +120,7 @@ def minilm_family(ms: np.ndarray, rng: np.random.Generator, max_texts: int | Non
     return embs, None
 
 
-def settings(reward: DictConfig, method: str) -> dict:
+def reward_settings(reward: DictConfig, method: str) -> dict:
     """The reward's clustering settings for `method` (`reward`: conf/reward/sarl.yaml as the section composes it)."""
     return {"seed": int(reward.seed), "k_rule": method_k_rule(method, reward.k_rule)}
 
@@ -199,7 +199,7 @@ def bench_family(name: str, cfg: DictConfig, console: Console) -> list[dict]:
     rows = []
     variant = cfg.reward.variant
     for method in cfg.methods:
-        chosen = settings(cfg.reward, method)
+        chosen = reward_settings(cfg.reward, method)
 
         def ours(method=method, chosen=chosen):
             return structure_rewards_from_embeddings(embs, method=method, variant=variant, **chosen)
@@ -342,7 +342,7 @@ def bench_scale(cfg: DictConfig, console: Console) -> dict:
 
         def ours(method=method):
             return structure_rewards_from_embeddings(
-                embs, method=method, variant=cfg.reward.variant, **settings(cfg.reward, method)
+                embs, method=method, variant=cfg.reward.variant, **reward_settings(cfg.reward, method)
             )
 
         first = timed(ours)[0]

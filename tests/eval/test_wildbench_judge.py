@@ -9,14 +9,14 @@ import pytest
 from eval_helpers import FIXTURES, chat_reply
 
 from eval.openai_client import ChatClient, ChatRequestError, api_base
-from eval.wildbench import Judge, history_and_query, judge_prompt, load_template, parse_judgement
+from eval.wildbench import WildBenchJudge, history_and_query, judge_prompt, load_template, parse_judgement
 
 TEMPLATE = (FIXTURES / "judge_template.md").read_text()
 
 
 def make_judge(url, **kw):
     kw = {"max_retries": 2, "backoff_s": 0.01, "timeout_s": 5.0, "concurrency": 4, **kw}
-    return Judge(url, "judge-model", TEMPLATE, **kw)
+    return WildBenchJudge(url, "judge-model", TEMPLATE, **kw)
 
 
 def collect(judge, items):

@@ -14,13 +14,13 @@ from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from sarl.data.synthesize.context import Context, Tally
-from sarl.data.synthesize.inputs import Problem
+from sarl.data.synthesize.inputs import SourceProblem
 from sarl.data.synthesize.teacher import full_trace
 from sarl.data.synthesize.verify import graph_issues, llm_verify, trace_rejection, unusable_gold
 from sarl.formats.graph import parse_graph
 
 
-def synthesize_grp(problem: Problem, ctx: Context) -> dict[str, Any]:
+def synthesize_grp(problem: SourceProblem, ctx: Context) -> dict[str, Any]:
     """GRP Sec. 3.1.3 for one problem: a verified trace, its graph translation checked and re-translated with
     feedback (App. C-D), or the trace kept as plain CoT when no valid graph comes out."""
     r, tally = ctx.recipe, Tally()

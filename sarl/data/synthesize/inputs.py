@@ -1,5 +1,5 @@
 """What a synthesis run reads: the prompt templates of conf/synthesize/prompts/ (`Prompt`, `load_prompt`) and
-the problems of a source of conf/synthesize/sources.yaml (`Problem`, `load_problems`: local files only, no hub
+the problems of a source of conf/synthesize/sources.yaml (`SourceProblem`, `load_problems`: local files only, no hub
 access)."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def load_prompt(name: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
 
 
 @dataclass
-class Problem:
+class SourceProblem:
     """One problem: its id, question, accepted gold answers (empty for code) and, for a recipe that reads
     traces from the data set, the data set's verified trace."""
 
@@ -106,7 +106,7 @@ def _trace_text(value: Any) -> str | None:
     return None
 
 
-def load_problems(cfg: DictConfig) -> tuple[list[Problem], dict[str, Any], Counter]:
+def load_problems(cfg: DictConfig) -> tuple[list[SourceProblem], dict[str, Any], Counter]:
     """The problems of `source` (the recipe's paper data when null), the source record for the manifest and
     the rows skipped, by reason."""
     sources = OmegaConf.to_container(OmegaConf.load(SYNTH_DIR / "sources.yaml"), resolve=True)
@@ -173,7 +173,7 @@ def load_problems(cfg: DictConfig) -> tuple[list[Problem], dict[str, Any], Count
                 f"(columns: {', '.join(list(rows[0])[:20])}); "
                 f"set fields.{key}=COLUMN"
             )
-    problems: list[Problem] = []
+    problems: list[SourceProblem] = []
     seen: set[str] = set()
     for i, row in enumerate(rows):
         rid = row.get(fields["id"]) if fields.get("id") else None
@@ -208,7 +208,7 @@ def load_problems(cfg: DictConfig) -> tuple[list[Problem], dict[str, Any], Count
                 skipped["no_trace"] += 1
                 continue
         seen.add(pid)
-        problems.append(Problem(pid, question.strip(), golds, trace))
+        problems.append(SourceProblem(pid, question.strip(), golds, trace))
         if cfg.limit is not None and len(problems) >= int(cfg.limit):
             break
     if not problems:

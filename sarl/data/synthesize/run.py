@@ -26,7 +26,7 @@ from sarl.data.sources import sha256_file
 from sarl.data.synthesize.config import PROMPT_ROLES, check_recipe
 from sarl.data.synthesize.context import Context
 from sarl.data.synthesize.grp import grp_examples, synthesize_grp
-from sarl.data.synthesize.inputs import Problem, Prompt, load_problems, load_prompt
+from sarl.data.synthesize.inputs import Prompt, SourceProblem, load_problems, load_prompt
 from sarl.data.synthesize.structured import select_structured, synthesize_structured
 from sarl.data.synthesize.teacher import Teacher, check_teacher, teacher_endpoint
 from sarl.data.writers import write_json, write_jsonl, write_parquet
@@ -36,7 +36,7 @@ log = logging.getLogger("sarl.data.synthesize")
 
 
 def cache_key(
-    problem: Problem, teacher_model: str, prompts: Mapping[str, Prompt], recipe: Mapping[str, Any], seed: int
+    problem: SourceProblem, teacher_model: str, prompts: Mapping[str, Prompt], recipe: Mapping[str, Any], seed: int
 ) -> str:
     """What one problem's result depends on: the problem, the teacher, the prompt files and the recipe's
     per-problem settings (not the selection across problems)."""
@@ -147,13 +147,13 @@ def synthesize(cfg: DictConfig) -> tuple[dict[str, Any], int]:
                 check_teacher(tr_url, tr_model, key="translator")
                 translator = Teacher(tr_url, tr_model, t_settings)
             ctx = Context(recipe, teacher, default_grader(), prompts, int(cfg.seed), translator)
-            work: Callable[[Problem, Context], dict[str, Any]] = (
+            work: Callable[[SourceProblem, Context], dict[str, Any]] = (
                 synthesize_grp if recipe["method"] == "grp" else synthesize_structured
             )
             lock = threading.Lock()
             with cache_path.open("a", encoding="utf-8") as cache:
 
-                def on_result(p: Problem, res: dict[str, Any] | None, err: str | None) -> None:
+                def on_result(p: SourceProblem, res: dict[str, Any] | None, err: str | None) -> None:
                     if err is not None:
                         failed[p.id] = err
                         return

@@ -13,13 +13,15 @@ from typing import Any, Mapping, Sequence
 
 from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
-from sarl.data.synthesize.inputs import Problem
+from sarl.data.synthesize.inputs import SourceProblem
 from sarl.data.synthesize.teacher import Reply, full_trace
 from sarl.data.synthesize.verify import structured_issues, unusable_gold
 from sarl.formats.tags import TAGS, parse_structured, structured_prompt
 
 
-def structured_request(ctx: Context, problem: Problem, tags: Sequence[str]) -> tuple[list[dict[str, Any]], dict, str]:
+def structured_request(
+    ctx: Context, problem: SourceProblem, tags: Sequence[str]
+) -> tuple[list[dict[str, Any]], dict, str]:
     """(messages, extra body, the text the reply continues) of one App. A.14 fill-in-the-middle request.
 
     prefill "deepseek": the assistant message of App. A.14 verbatim (`reasoning_content` = the prefix,
@@ -47,7 +49,7 @@ def _structured_text(reply: Reply, mode: str, prefix: str) -> str:
     return full_trace(reply)
 
 
-def synthesize_structured(problem: Problem, ctx: Context) -> dict[str, Any]:
+def synthesize_structured(problem: SourceProblem, ctx: Context) -> dict[str, Any]:
     """Structured Reasoning App. E.1 for one question: `samples_per_problem` answers with randomised tag
     orderings, each checked for correctness (`eval.grading`) and format (the tag checker); the selection
     across problems happens in `select_structured`."""

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from eval.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
-from sarl.data.synthesize.inputs import Problem
+from sarl.data.synthesize.inputs import SourceProblem
 from sarl.data.synthesize.teacher import Reply, full_trace
 from sarl.formats.graph import gradable_answer, reasoning_graph
 from sarl.formats.tags import format_score, parse_structured
@@ -113,7 +113,7 @@ def structured_issues(text: str) -> list[tuple[str, str]]:
     return out or [("format", "the response fails the format check")]
 
 
-def trace_rejection(ctx: Context, problem: Problem, reply: Reply) -> str | None:
+def trace_rejection(ctx: Context, problem: SourceProblem, reply: Reply) -> str | None:
     """None when the reply is a usable, correct trace; else the rejection reason."""
     if reply.finish_reason == "length":
         return "truncated"
@@ -128,7 +128,7 @@ def trace_rejection(ctx: Context, problem: Problem, reply: Reply) -> str | None:
     return None if ctx.grader.check_any(pred, problem.golds).ok else "wrong_answer"
 
 
-def unusable_gold(ctx: Context, problem: Problem, tally: Tally) -> bool:
+def unusable_gold(ctx: Context, problem: SourceProblem, tally: Tally) -> bool:
     """A math problem none of whose gold answers math-verify can parse could never verify a trace: it is
     rejected (`input/gold_does_not_parse`) before any teacher call."""
     if ctx.recipe["task"] != "math" or any(ctx.grader.parses(g).ok for g in problem.golds):
@@ -137,7 +137,7 @@ def unusable_gold(ctx: Context, problem: Problem, tally: Tally) -> bool:
     return True
 
 
-def llm_verify(ctx: Context, problem: Problem, graph: str, tally: Tally) -> list[tuple[str, str]]:
+def llm_verify(ctx: Context, problem: SourceProblem, graph: str, tally: Tally) -> list[tuple[str, str]]:
     """App. D's check by the teacher: [] when it passes, else the issues; a verdict that is not the asked
     JSON is asked again, up to `verify_attempts` times, then rejects the graph."""
     v = ctx.recipe["translate"]
