@@ -34,6 +34,7 @@ from sarl.launch.format_preflight import check_format
 from sarl.launch.pipeline import run_pipeline, saved_weights_problem, split_stage_overrides
 from sarl.preflight import run_cheap_checks
 from sarl.reports.curves import run_curves
+from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import evaluate_hint
 from sarl.runtime.errors import UserError, debug_requested
 from sarl.runtime.hub import offline_if_unreachable, offline_note
@@ -247,6 +248,7 @@ def with_local_policy(cfg: DictConfig) -> None:
         return
     from omegaconf import read_write
 
+    torch_threads.apply(cfg.backend.get("torch_threads", "auto"))  # the build runs in this process
     with read_write(cfg.model):
         cfg.model.path = str(policy_path(cfg))
 
@@ -368,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
+    torch_threads.wait_policy_env()  # before torch loads OpenMP, here and in the TRL ranks (sarl.runtime.torch_threads)
     if any(a in sweep.MULTIRUN_FLAGS for a in args):
         return multirun([a for a in args if a not in sweep.MULTIRUN_FLAGS])
 

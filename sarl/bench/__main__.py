@@ -13,9 +13,20 @@ from sarl.bench.code_exec import run_code_exec
 from sarl.bench.common import busy_load, machine, print_machine, thread_settings
 from sarl.bench.grading import run_grading
 from sarl.bench.maxflow import run_maxflow
+from sarl.bench.smoke import run_smoke
 from sarl.runtime.errors import UserError, report_user_errors
 
-SUITES = ("structure", "grading", "reward_step", "embed_http", "maxflow", "smoke_effect", "code_exec", "export")
+SUITES = (
+    "structure",
+    "grading",
+    "reward_step",
+    "embed_http",
+    "maxflow",
+    "smoke_effect",
+    "smoke",
+    "code_exec",
+    "export",
+)
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
@@ -30,7 +41,8 @@ def effective_config(cfg: DictConfig) -> DictConfig:
 
 def run(cfg: DictConfig, console: Console, out_dir: Path | None = None) -> dict:
     """The suite once; with `load=N` (N >= 1) under N busy processes, and the structure suite idle first, then
-    loaded, in one run (`idle` and `loaded` results)."""
+    loaded, in one run (`idle` and `loaded` results); the smoke suite starts and stops its busy processes itself
+    (idle and loaded repeats alternate)."""
     load = int(cfg.get("load", 0) or 0)
     if load < 0:
         raise UserError(f"load={load}: the number of busy processes beside the benchmark, 0 or more")
@@ -39,7 +51,7 @@ def run(cfg: DictConfig, console: Console, out_dir: Path | None = None) -> dict:
         loaded = run_once(cfg, console, out_dir, load)
         summarize_load(console, idle["structure"], loaded["structure"], load)
         return {**loaded, "load": load, "structure": {"idle": idle["structure"], "loaded": loaded["structure"]}}
-    return {**run_once(cfg, console, out_dir, load), "load": load}
+    return {**run_once(cfg, console, out_dir, 0 if cfg.suite == "smoke" else load), "load": load}
 
 
 def summarize_load(console: Console, idle: dict, loaded: dict, load: int) -> None:
@@ -100,6 +112,9 @@ def _run_suite(cfg: DictConfig, section: DictConfig, console: Console, out_dir: 
             from sarl.bench.smoke_effect import run_smoke_effect
 
             result = run_smoke_effect(section, console, out_dir=out_dir)
+        elif cfg.suite == "smoke":
+            load = int(cfg.get("load", 0) or 0)
+            result = run_smoke(section, console, load=load, load_max_s=float(cfg.load_max_s), out_dir=out_dir)
         else:
             result = run_maxflow(section, console)
     end = machine()

@@ -39,6 +39,7 @@ from sarl.contract.reward import RewardsFailedError, build_reward
 from sarl.reports.curves import CURVES_FILE, plot_curves
 from sarl.reports.figures import METRICS_FILE
 from sarl.reports.heldout import HeldOut, log_heldout, table
+from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint, readable_as_umask
 from sarl.runtime.checks import Check
 from sarl.runtime.files import read_jsonl, resolve_path
@@ -352,8 +353,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
     # deferred: imports torch and transformers
     from sarl.backends.trl.metrics import MetricsRecorder, read_metrics, summary_table, truncate_metrics
 
-    if cfg.backend.torch_threads:
-        torch.set_num_threads(int(cfg.backend.torch_threads))
+    torch_threads.apply(cfg.backend.get("torch_threads", "auto"))  # the policy's build, sampling and training
     model_path = policy_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.get("tokenizer_path") or model_path)
     if tokenizer.pad_token is None:
