@@ -20,7 +20,7 @@ reported (a fair share beside N busy processes on N cores is 2x). `settings` lis
 setting (2 threads, libgomp's default wait), a passive wait alone, one thread alone, and what a run does now. Then
 the README's first commands run as subprocesses (`sarl.bench.commands`).
 
-    python -m sarl.bench.smoke SPEC.json   # one repeat's phases (what the suite starts), result into SPEC's `out`
+    python -m sarl.bench.smoke PHASE.json   # one repeat's phases (what the suite starts), result into its `out`
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def child_env(wait: str) -> dict[str, str]:
 
 
 def run_phases(section: DictConfig, threads: Any, wait: str, work: Path, logs: Path, tag: str) -> dict:
-    """One repeat's phases in a fresh process (`python -m sarl.bench.smoke SPEC.json`); its output in `logs`."""
+    """One repeat's phases in a fresh process (`python -m sarl.bench.smoke PHASE.json`); its output in `logs`."""
     work.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -238,7 +238,7 @@ def training_step(model: Any, reference: Any, sequences: int, tokens: int, micro
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m sarl.bench.smoke SPEC.json (started by python -m sarl.bench suite=smoke)\n")
+        sys.stderr.write("usage: python -m sarl.bench.smoke PHASE.json (started by python -m sarl.bench suite=smoke)\n")
         return 2
     spec = json.loads(Path(args[0]).read_text())
     result = phases(spec)
