@@ -477,6 +477,6 @@ def test_the_judge_is_built_from_its_group(monkeypatch):
     cfg = compose_eval_config(["ckpt=x", "judge.url=http://127.0.0.1:9/v1", "judge.api_key_env=TEST_JUDGE_KEY"])
     judge = instantiate(cfg.judge, "TEMPLATE {$model_output}", _convert_="all")
     try:
-        assert type(judge).__name__ == "Judge" and judge.model == cfg.judge.model
+        assert type(judge).__name__ == "WildBenchJudge" and judge.model == cfg.judge.model
     finally:
         judge.close()

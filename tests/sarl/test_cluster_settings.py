@@ -15,7 +15,7 @@ from eval.config import compose_eval_config
 from eval.data import Problem
 from eval.protocol import Benchmark
 from sarl.bench.__main__ import effective_config
-from sarl.bench.structure import settings
+from sarl.bench.structure import reward_settings
 from sarl.runtime.files import CONF_DIR
 
 REWARD = yaml.safe_load((CONF_DIR / "reward" / "sarl.yaml").read_text())
@@ -57,8 +57,8 @@ def test_an_edit_of_the_reward_file_reaches_eval_and_bench(tmp_path):
         assert {k: node[k] for k in SETTINGS} == {k: edited[k] for k in SETTINGS}
     assert (eval_cfg.structure.clustering.math, eval_cfg.structure.clustering.code) == ("hdbscan", "hdbscan")
     assert eval_cfg.structure.clustering.wildbench == "hdbscan"
-    assert settings(bench.structure.reward, "kmeans") == {"seed": 7, "k_rule": "log2"}
-    assert settings(bench.structure.reward, "hdbscan") == {"seed": 7, "k_rule": "sqrt"}  # HDBSCAN takes no k rule
+    assert reward_settings(bench.structure.reward, "kmeans") == {"seed": 7, "k_rule": "log2"}
+    assert reward_settings(bench.structure.reward, "hdbscan") == {"seed": 7, "k_rule": "sqrt"}  # no k rule
 
 
 @pytest.mark.parametrize("clustering", ["kmeans", "hdbscan"])

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import matplotlib.image
 import pytest
 
-from sarl.backends.trl.metrics import MetricsRecorder, canonical, read_metrics
+from sarl.backends.trl.metrics import MetricsRecorder, read_metrics, verl_style
 from sarl.reports.curves import panels, plot_curves, run_curves, smoothed
 
 # one GRPO log of the smoke run, as TRL hands it to on_log (one reward function, named "reward")
@@ -42,13 +42,13 @@ def test_each_value_is_recorded_once_under_verls_name(tmp_path):
         "actor/entropy": 0.04,
     }
     # several reward functions: each keeps its own pair (they are not the total again)
-    two = canonical({**TRL_LOG, "rewards/format/mean": 1.0, "rewards/format/std": 0.0})
+    two = verl_style({**TRL_LOG, "rewards/format/mean": 1.0, "rewards/format/std": 0.0})
     assert two["rewards/reward/mean"] == 0.5 and two["rewards/format/mean"] == 1.0
-    assert json.dumps(canonical({"rewards/chosen": 1.0, "loss": 0.3})) == '{"rewards/chosen": 1.0, "loss": 0.3}'
+    assert json.dumps(verl_style({"rewards/chosen": 1.0, "loss": 0.3})) == '{"rewards/chosen": 1.0, "loss": 0.3}'
 
 
 def test_curves_are_a_grid_and_sr_is_not_drawn_twice(tmp_path):
-    rows = [{"step": s, **canonical({**TRL_LOG, "reward": 0.1 * s, "reward/sr/mean": 0.1 * s})} for s in (1, 2, 3)]
+    rows = [{"step": s, **verl_style({**TRL_LOG, "reward": 0.1 * s, "reward/sr/mean": 0.1 * s})} for s in (1, 2, 3)]
     drawn, missing = panels(rows)
     titles = [p["title"] for p in drawn]
     assert titles[0] == "reward = structure reward SR = C/2 + 1/(1+L)"  # SARL: the reward is SR, one panel
