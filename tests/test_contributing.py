@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_docs_links import README_MAX_LINES
 from testkit import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,3 +148,188 @@ def test_sarl_score_scores_a_file_with_the_toy_reward(registry_copy):
     assert short == {"id": "short", "score": pytest.approx(0.98), "words": 2.0, "failed": None}
     assert empty == {"id": "empty", "score": 0.0, "words": None, "failed": "empty response"}
     assert "ToyBrevity" in proc.stdout
+
+
+# CONTRIBUTING.md's "Add a paper row": a toy row by its two steps, then the generator.
+TOY_ROW = {
+    "conf/exp/toy_row.yaml": """# @package _global_
+# A toy row (CONTRIBUTING.md's example): "Toy Table 1", made up for the test; the smoke run with the ground-truth
+# reward and groups of 4. Not a paper's: nothing here is.
+defaults:
+  - override /model: tiny_qwen3
+  - override /algorithm: grpo
+  - override /reward: ground_truth
+  - override /data: smoke
+  - override /backend: trl
+
+train:
+  rollout_n: 4                # Toy Table 1's group size
+
+paper:
+  tables:
+    - {table: Toy Table 1, position: 1, group: "", label: "w/ toy"}
+  readme: {data: smoke (shipped), reward: ground_truth, algorithm: GRPO on TRL}
+""",
+    "tests/sarl/test_method_rows.py": """from sarl.launch.compose import compose_train_config
+
+
+def test_toy_row_has_its_papers_group_size():
+    cfg, _ = compose_train_config(["+exp=toy_row"])
+    assert cfg.train.rollout_n == 4 and cfg.reward._target_ == "baselines.ground_truth.GroundTruthReward"
+""",
+}
+
+
+def recipe_steps(section: str) -> tuple[int, list[str]]:
+    """The file count CONTRIBUTING.md's `## <section>` states and the files its numbered steps name."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    start = text.index(f"## {section}")
+    body = text[start : text.find("\n## ", start + 1)]
+    (count,) = re.findall(r"\*\*(\d+) files\*\*", body)
+    return int(count), re.findall(r"^\d\. \*\*`([^`]+)`\*\*", body, re.M)
+
+
+def run_test_file(path: Path, *args) -> None:
+    """Every `test_*` function of the file at `path`, called with `args`."""
+    spec = importlib.util.spec_from_file_location(path.stem + "_toy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tests = [f for name, f in vars(module).items() if name.startswith("test_") and callable(f)]
+    assert tests, path
+    for test in tests:
+        test(*args)
+
+
+def test_contributing_names_the_files_of_a_row_and_of_a_benchmark_this_test_writes():
+    count, steps = recipe_steps("Add a paper row")
+    assert count == len(steps) == len(TOY_ROW) and [s.replace("<row>", "toy_row") for s in steps] == list(TOY_ROW)
+    count, steps = recipe_steps("Add an evaluation benchmark")
+    assert count == len(steps) == len(TOY_BENCH) and [s.replace("<name>", "toy_bench") for s in steps] == list(
+        TOY_BENCH
+    )
+
+
+def test_a_toy_row_added_by_its_two_steps_composes_and_the_generator_lists_it(tmp_path, monkeypatch):
+    import sarl.launch.compose as compose
+    from sarl.reports import rows_doc
+    from sarl.runtime.rows import metadata_problems
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (tmp_path / "docs").mkdir()
+    for rel in ("README.md", "docs/reproduce.md"):
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    assert rows_doc.stale(tmp_path) == []
+    for rel, body in TOY_ROW.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    monkeypatch.setattr(compose, "CONF_DIR", tmp_path / "conf")
+    run_test_file(tmp_path / "tests/sarl/test_method_rows.py")  # it composes, and its own test passes
+    assert metadata_problems(tmp_path / "conf" / "exp") == []
+
+    stale = rows_doc.stale(tmp_path)  # the check names the line each document lacks
+    assert [s.split(":")[0] for s in stale] == ["README.md", "reproduce.md"] and all("toy_row" in s for s in stale)
+    assert rows_doc.write(tmp_path) == [tmp_path / "README.md", tmp_path / "docs" / "reproduce.md"]
+    readme, reproduce = (tmp_path / "README.md").read_text(), (tmp_path / "docs" / "reproduce.md").read_text()
+    assert '| `toy_row` | Toy Table 1 "w/ toy" | smoke (shipped) | ground_truth | GRPO on TRL |' in readme.splitlines()
+    assert "| Toy Table 1 | 1 |  | w/ toy | `+exp=toy_row` |" in reproduce.splitlines()
+    assert rows_doc.stale(tmp_path) == []
+    assert len(readme.splitlines()) <= README_MAX_LINES  # a new row's line still fits the front page
+
+
+# CONTRIBUTING.md's "Add an evaluation benchmark": a toy math benchmark by its three steps.
+TOY_BENCH = {
+    "conf/data/toy_bench.yaml": """# A toy math benchmark (CONTRIBUTING.md's example), 3 problems. Evaluation only.
+name: toy_bench
+role: eval
+setting: math
+builder: math
+split: test
+source:
+  hf_id: null
+  hf_config: null
+  revision: null
+  split: test
+  local_file: null            # the fixture, given on the command line
+fields:
+  id: id
+  question: question
+  answer: answer
+  extra: {}
+prompt_suffix: " Let's think step by step and output the final answer within \\\\boxed{}."
+answers: {several: null, remark: null, fixes: {}}
+expected_count: 3
+""",
+    "tests/fixtures/data/toy_bench.jsonl": "".join(
+        json.dumps({"id": f"toy-{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+        for i in (1, 2, 3)
+    ),
+    "tests/sarl/test_data_prepare.py": """import pyarrow.parquet as pq
+
+from sarl.data.prepare import compose_prepare_config, prepare
+
+
+def test_toy_bench(root):  # the case test_math_evaluation_sets holds for it: count, first id, gold answer
+    fixture = root / "tests" / "fixtures" / "data" / "toy_bench.jsonl"
+    prepare(compose_prepare_config(["dataset=toy_bench", f"paths.root={root}", f"source.local_file={fixture}"]))
+    rows = pq.read_table(root / "data" / "toy_bench" / "test.parquet").to_pylist()
+    assert len(rows) == 3 and rows[0]["extra_info"]["id"] == "toy-1"
+    assert rows[0]["reward_model"]["ground_truth"] == ["2"]
+""",
+}
+
+
+def test_a_toy_benchmark_added_by_its_three_steps_is_prepared_and_planned(tmp_path, monkeypatch):
+    import eval.config
+    import eval.prompts
+    import eval.protocol
+    import sarl.data.prepare
+    from eval.config import compose_eval_config
+    from eval.protocol import check_runnable, format_plan, resolve_plan
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    for rel, body in TOY_BENCH.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    conf = tmp_path / "conf"
+    for module, name, value in (
+        (sarl.data.prepare, "CONF_DIR", conf),
+        (eval.config, "CONF_DIR", conf),
+        (eval.protocol, "DATA_CONF", conf / "data"),
+        (eval.prompts, "DATA_DIR", conf / "data"),
+    ):
+        monkeypatch.setattr(module, name, value)
+    from hydra.core.config_store import ConfigStore
+
+    datasets = ConfigStore.instance().repo["dataset"]
+    monkeypatch.setattr(ConfigStore.instance(), "repo", {**ConfigStore.instance().repo, "dataset": dict(datasets)})
+    sarl.data.prepare.register_datasets()  # as importing sarl.data.prepare does: every conf/data file, the toy's too
+    run_test_file(tmp_path / "tests/sarl/test_data_prepare.py", tmp_path)  # prepared from the fixture
+
+    cfg = compose_eval_config(
+        ["ckpt=unused", f"paths.root={tmp_path}", "benchmarks.math=[toy_bench]", "benchmarks.wildbench=[]"]
+    )
+    plan = resolve_plan(cfg)
+    assert [e.name for e in plan.entries] == ["toy_bench"]
+    check_runnable(plan, cfg.paths.data_dir)  # its data is where eval.run reads it
+    assert plan.entries[0].prompt.source == "as prepared: conf/data/toy_bench.yaml"  # asked with its prompt_suffix
+    assert "toy_bench" in format_plan(plan, cfg.paths.data_dir)  # the line eval.run's dry run prints for it
+
+
+# CONTRIBUTING.md's "Add a clustering method": the methods are one tuple; a method is in each file the recipe names.
+def test_each_clustering_method_is_in_each_file_the_recipe_names_and_the_reward_takes_only_those():
+    from sarl.structure.cluster import METHODS
+    from sarl.structure.reward import StructureReward
+
+    count, steps = recipe_steps("Add a clustering method")
+    assert count == len(steps) == 4
+    for rel in steps:
+        text = (ROOT / rel).read_text()
+        for method in METHODS:
+            assert re.search(rf"\b{method}\b", text), f"{rel} does not name the clustering method {method}"
+    assert "METHODS" in (ROOT / steps[0]).read_text() and "def cluster_steps" in (ROOT / steps[1]).read_text()
+    with pytest.raises(ValueError, match="clustering method 'toy' not found; choose one of: " + ", ".join(METHODS)):
+        StructureReward(embedder=None, clustering="toy")
+    import yaml
+
+    bench = yaml.safe_load((ROOT / "conf" / "bench.yaml").read_text())
+    assert set(bench["structure"]["methods"]) <= set(METHODS)  # what the bench times

@@ -1,13 +1,24 @@
 """The paper rows: which `conf/exp/` file is which row of which paper table, read from the file's own `paper:` block,
-the one place that says it (the notebooks, the tests and the README table read it from here).
+the one place that says it (the notebooks, the tests, the README's rows table and docs/reproduce.md's rows read it
+from here).
 
     paper:
       tables:                       # every table this run is a row of, in the paper's layout
         - {table: SARL Table 2, position: 6, group: "GRPO", label: "w/ SARL (Ours)"}
 
-`position` orders the rows of a table (the base model, which is not a `conf/exp/` run, comes first in SARL's
-tables); `group` is the heading the row sits under ("" for none); `label` is the row's text as the paper prints it.
+`position` orders the rows of a table, said here only: in a table typed in notebooks/reported/, the row's line there
+(in SARL's untyped tables 1..n; their base model, no `conf/exp/` run, is printed first); `group` is the heading the
+row sits under ("" for none); `label` is the row's text as the paper prints it.
 A run that is no row of a paper table says so: `tables: []` and a `note` saying what it is instead.
+
+Every run also gives its line of the README's paper-rows table (written by `python -m sarl.reports.rows_doc`):
+
+      readme: {data: aime_1983_2024, reward: sarl (KMeans), algorithm: GRPO}   # source: optional, see below
+
+`source` is the "paper, table" cell; without it the cell is the run's table and label, or its tables ("SARL
+Tables 2, 4, 10"). Runs that
+each change one setting of another row may share one line: each says `readme: {line: "evol_rl_*_paper"}`, a pattern
+that matches exactly the runs saying it, and one of them also gives the line's cells.
 
 The block is composed into the training config as `paper` (the exp files are `@package _global_`); no back end
 reads it. A file without a well-formed block is left out of `paper_rows()` and reported by `metadata_problems()`
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
@@ -26,6 +38,19 @@ from sarl.runtime.files import CONF_DIR
 
 EXP_DIR = CONF_DIR / "exp"
 ENTRY_KEYS = ("table", "position", "group", "label")
+CELL_KEYS = ("data", "reward", "algorithm")  # the README cells every line gives; `source` and `line` are optional
+README_KEYS = ("line", "source", *CELL_KEYS)
+
+
+@dataclass(frozen=True)
+class ReadmeLine:
+    """A run's line of the README's paper-rows table: `line` (the run's name, or the pattern of the runs sharing the
+    line), and its cells, None for a run whose shared line another run gives."""
+
+    exp: str
+    line: str
+    source: str | None
+    cells: dict[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -44,11 +69,30 @@ def experiments(exp_dir: str | Path = EXP_DIR) -> list[str]:
     return sorted(p.stem for p in Path(exp_dir).glob("*.yaml"))
 
 
+def _paper_block(path: Path) -> dict | None:
+    paper = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("paper")
+    return paper if isinstance(paper, dict) else None
+
+
+def _readme(path: Path, paper: dict) -> tuple[ReadmeLine | None, str | None]:
+    """The run's README line from `paper.readme` and, if it is missing or malformed, what is wrong with it."""
+    block, where = paper.get("readme"), f"{path}: paper.readme"
+    fix = "write `readme: {data: ..., reward: ..., algorithm: ...}` (optional `source`, `line`; sarl/runtime/rows.py)"
+    if not isinstance(block, dict):
+        return None, f"{where} is missing; {fix}"
+    if set(block) - set(README_KEYS) or any(not isinstance(v, str) or not v.strip() for v in block.values()):
+        return None, f"{where} has {sorted(block)}: keys among {list(README_KEYS)}, each a non-empty string; {fix}"
+    given = [k for k in CELL_KEYS if k in block]
+    if given and len(given) < len(CELL_KEYS) or not given and ("line" not in block or "source" in block):
+        return None, f"{where} gives {sorted(block)}: all of {list(CELL_KEYS)}, or only `line` to join another's line"
+    cells = {k: block[k] for k in CELL_KEYS} if given else None
+    return ReadmeLine(path.stem, block.get("line", path.stem), block.get("source"), cells), None
+
+
 def _entries(path: Path) -> tuple[list[PaperRow], str | None]:
     """The rows of one exp file and, if its `paper:` block is missing or malformed, what is wrong with it."""
     fix = "add `paper: {tables: [{table: ..., position: ..., group: ..., label: ...}]}` (see sarl/runtime/rows.py)"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    paper = data.get("paper")
+    paper = _paper_block(path)
     if not isinstance(paper, dict) or not isinstance(paper.get("tables"), list):
         return [], f"{path}: no `paper.tables` list; {fix}, or `tables: []` with a `note` if it is in no paper table"
     tables = paper["tables"]
@@ -106,7 +150,30 @@ def paper_tables(exp_dir: str | Path = EXP_DIR) -> list[str]:
     return list(dict.fromkeys(r.table for r in paper_rows(exp_dir=exp_dir)))
 
 
+def readme_lines(exp_dir: str | Path = EXP_DIR) -> tuple[list[ReadmeLine], list[str]]:
+    """Every run's README line (sorted by run) and the problems: a missing or malformed `paper.readme`, a shared
+    line whose pattern does not match exactly the runs saying it, or that none or two of them give the cells of."""
+    lines, problems = [], []
+    for name in experiments(exp_dir):
+        path = Path(exp_dir) / f"{name}.yaml"
+        line, problem = _readme(path, _paper_block(path) or {})
+        lines += [line] if line else []
+        problems += [problem] if problem else []
+    names = experiments(exp_dir)
+    for pattern in sorted({r.line for r in lines if r.line != r.exp}):
+        members = [r for r in lines if r.line == pattern]
+        matched = [n for n in names if fnmatchcase(n, pattern)]
+        if [r.exp for r in members] != matched:
+            problems.append(f"README line {pattern!r} matches {matched} but is said by {[r.exp for r in members]}")
+        if sum(r.cells is not None for r in members) != 1:
+            problems.append(f"README line {pattern!r}: exactly one of {[r.exp for r in members]} gives its cells")
+    for r in lines:
+        if r.line == r.exp and r.cells is None:
+            problems.append(f"conf/exp/{r.exp}.yaml: paper.readme gives no cells and shares no line")
+    return lines, problems
+
+
 def metadata_problems(exp_dir: str | Path = EXP_DIR) -> list[str]:
-    """One line per conf/exp/ file whose `paper:` block is missing or malformed, and per table position claimed
-    twice; empty when all is well."""
-    return _scan(exp_dir)[1]
+    """One line per conf/exp/ file whose `paper:` block is missing or malformed (its tables or its README line),
+    and per table position claimed twice; empty when all is well."""
+    return _scan(exp_dir)[1] + readme_lines(exp_dir)[1]

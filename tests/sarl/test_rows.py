@@ -1,28 +1,27 @@
 """sarl.runtime.rows: the paper rows read from the `paper:` blocks of conf/exp/, the one place that says which run is
 which row of which table; a missing or malformed block is named with its file and what to write."""
 
+import re
+import shutil
+from fnmatch import fnmatchcase
+from pathlib import Path
+
 import pytest
+import yaml
 from omegaconf import OmegaConf
 from testkit import verl_config_for
 
 from sarl.launch.compose import compose_train_config
+from sarl.reports import rows_doc
+from sarl.runtime.errors import UserError
 from sarl.runtime.rows import PaperRow, experiments, metadata_problems, paper_experiments, paper_rows, paper_tables
 
+ROOT = Path(__file__).resolve().parents[2]
+REPORTED = ROOT / "notebooks" / "reported"
+README_LINE = "  readme: {data: d, reward: r, algorithm: a}\n"
 
-def test_sarl_table_2_in_the_papers_order():
-    assert [(r.group, r.label, r.exp) for r in paper_rows("SARL Table 2")] == [
-        ("PPO", "w/ Ground-Truth †", "ppo_gt_math"),
-        ("PPO", "w/ SARL (Ours)", "ppo_sarl_math"),
-        ("GRPO", "w/ Ground-Truth †", "grpo_gt_math"),
-        ("GRPO", "w/ EMPO", "grpo_empo_math"),
-        ("GRPO", "w/ TTRL", "grpo_ttrl_math"),
-        ("GRPO", "w/ SARL (Ours)", "grpo_sarl_math"),
-    ]
-    assert [r.exp for r in paper_rows("SARL Table 10")] == [
-        "grpo_sarl_l_only_math",
-        "grpo_sarl_c_only_math",
-        "grpo_sarl_math",
-    ]
+
+def test_the_tables_in_number_order_and_the_runs_in_none_say_what_they_are():
     sarl_tables = [t for t in paper_tables() if t.startswith("SARL ")]
     assert sarl_tables[:2] == ["SARL Table 2", "SARL Table 3"]  # numbers in order: 9 before 10
     assert sarl_tables.index("SARL Table 9") < sarl_tables.index("SARL Table 10")
@@ -35,48 +34,44 @@ def test_sarl_table_2_in_the_papers_order():
         assert exp in experiments() and exp not in paper_experiments() and "code" in cfg.paper.note
 
 
-def test_the_other_papers_tables_in_their_order():
-    """GRP Tables 2 and 4 (Table 2's positions 1, 2 and 4, the base model and the GRP-SFT and PASC-GRPO rows, and
-    Table 4's first, PASC-GRPO again, are grp_math_paper's stages with the 8B override) and Structured Reasoning
-    Tables 11 and 15, as the papers print their labels."""
-    assert [(r.position, r.label, r.exp) for r in paper_rows("GRP Table 2")] == [
-        (3, "SFT", "grp_cot_sft_paper"),
-        (5, "GRPO", "grp_grpo_paper"),
-        (6, "w/o Reachability", "grp_no_reach_paper"),
-        (7, "w/o Reach. & RSR", "grp_no_reach_rev_paper"),
-        (8, "w/o SCAE", "grp_no_scae_paper"),
-    ]
-    assert [(r.position, r.label, r.exp) for r in paper_rows("GRP Table 4")] == [
-        (2, "w/o Connectivity", "grp_no_conn_paper"),
-        (3, "w/o Conn. & ERS Ratio", "grp_no_conn_ers_paper"),
-    ]
-    assert [(r.label, r.exp) for r in paper_rows("Structured Reasoning Table 11")] == [
-        ("GRPO", "grpo_structured_paper"),
-        ("MAX-FLOW", "maxflow_paper"),
-        ("LCS", "lcs_paper"),
-        ("FLOW+LCS 1:1", "lcs_maxflow_paper"),
-    ]
-    assert [(r.position, r.group, r.label, r.exp) for r in paper_rows("EVOL-RL Table 1")] == [
-        (2, "Qwen3-4B-Base, MATH-TRAIN", "w/TTRL", "evol_rl_ttrl_paper"),
-        (3, "Qwen3-4B-Base, MATH-TRAIN", "w/EVOL-RL", "evol_rl_paper"),
-    ]
-    ablations = [(s, a) for s in ("math500", "aime24") for a in ("cliphigh", "ent", "cliphigh_ent", "novelty")]
-    assert [r.exp for r in paper_rows("EVOL-RL Table 4")] == [f"evol_rl_{s}_no_{a}_paper" for s, a in ablations]
-    assert [(r.position, r.group, r.label, r.exp) for r in paper_rows("Structured Reasoning Table 15")] == [
-        (4, "Isolated Component Training", "+ MaxFlow (free-form)", "maxflow_freeform_paper"),
-        (6, "Isolated Component Training", "+ Dr.GRPO", "dr_grpo_paper"),
-    ]
+def typed_tables() -> dict[str, list[dict]]:
+    """{paper table: its rows as typed in notebooks/reported/}."""
+    out = {}
+    for path in sorted(REPORTED.glob("*.yaml")):
+        typed = yaml.safe_load(path.read_text(encoding="utf-8"))
+        out[typed["table"]] = typed["rows"]
+    return out
+
+
+def test_each_position_is_its_line_of_the_paper_table():
+    """The order of a table's rows is their `position`s, said once in the `paper:` blocks: unique (metadata_problems),
+    and each the row's line of the table as typed in notebooks/reported/ (the same label; in a table of checkpoints,
+    Structured Reasoning Table 11, the row's label heads a block of lines, and `position` is the block's); a table not
+    typed there (SARL's, rebuilt by notebooks/tables.py) has positions 1..n."""
+    typed = typed_tables()
+    assert metadata_problems() == []
+    for table in paper_tables():
+        rows = paper_rows(table)
+        positions = [r.position for r in rows]
+        assert positions == sorted(set(positions)), table
+        if table in typed:
+            lines = typed[table]
+            for r in rows:
+                assert r.position <= len(lines), (r, f"{table} has {len(lines)} typed lines")
+                blocks = list(dict.fromkeys(line.get("group") for line in lines))
+                if r.label in blocks and lines[r.position - 1]["label"] != r.label:
+                    assert blocks.index(r.label) + 1 == r.position, (r, blocks)
+                else:
+                    assert lines[r.position - 1]["label"] == r.label, (r, lines[r.position - 1])
+        else:
+            assert positions == list(range(1, len(rows) + 1)), (table, positions)
 
 
 def test_evol_rl_rows_point_at_their_cells_of_the_typed_tables():
     """Each EVOL-RL row's position is its row of the table typed from the paper (notebooks/reported/): the same label
     and the evaluation id that fills it (Table 4: `<the training set's w/EVOL-RL id>_no_<ablation>`, decisions
     §3.2), and in Table 4 the same training-set group."""
-    from pathlib import Path
-
-    import yaml
-
-    reported = Path(__file__).resolve().parents[2] / "notebooks" / "reported"
+    reported = REPORTED
     ids = {"evol_rl_ttrl_paper": "qwen3_4b_base_ttrl", "evol_rl_paper": "qwen3_4b_base_evol_rl"}
     for table, name in (("EVOL-RL Table 1", "evol_rl"), ("EVOL-RL Table 4", "evol_rl_ablation")):
         typed = yaml.safe_load((reported / f"{name}.yaml").read_text())["rows"]
@@ -95,8 +90,9 @@ def test_the_block_reaches_the_composed_config_but_not_the_backend(tmp_path):
     assert list(smoke.paper.tables) == [] and smoke.paper.note.startswith("not a row of a paper table")
 
 
-def write(d, name, text):
-    (d / f"{name}.yaml").write_text("# @package _global_\n" + text)
+def write(d, name, text, readme=README_LINE):
+    """conf/exp/<name>.yaml in `d`: `text`, with a well-formed README line in its `paper:` block unless told."""
+    (d / f"{name}.yaml").write_text("# @package _global_\n" + text + (readme if "paper:" in text else ""))
 
 
 @pytest.mark.parametrize(
@@ -112,9 +108,47 @@ def write(d, name, text):
 def test_a_missing_or_malformed_block_is_named_and_left_out(tmp_path, block, problem):
     write(tmp_path, "good", "paper:\n  tables:\n    - {table: T, position: 1, group: G, label: good}\n")
     write(tmp_path, "bad", block)
-    (message,) = metadata_problems(tmp_path)
-    assert message.startswith(str(tmp_path / "bad.yaml")) and problem in message
+    messages = metadata_problems(tmp_path)
+    assert messages and all(m.startswith(str(tmp_path / "bad.yaml")) for m in messages)
+    assert problem in messages[0]
     assert paper_rows(exp_dir=tmp_path) == [PaperRow("good", "T", 1, "G", "good")]  # the others still read
+
+
+NOTE = "paper:\n  tables: []\n  note: a run in no table\n"
+
+
+@pytest.mark.parametrize(
+    "readme,problem",
+    [
+        ("", "paper.readme is missing; write `readme: {data: ..., reward: ..., algorithm: ...}`"),
+        ("  readme: {data: d, reward: r}\n", "all of ['data', 'reward', 'algorithm'], or only `line`"),
+        ("  readme: {data: d, reward: r, algorithm: a, colour: blue}\n", "keys among ['line', 'source', 'data'"),
+        ("  readme: {data: d, reward: '', algorithm: a}\n", "each a non-empty string"),
+        ("  readme: {source: s}\n", "or only `line` to join another's line"),
+    ],
+)
+def test_a_missing_or_malformed_readme_line_is_named(tmp_path, readme, problem):
+    write(tmp_path, "bad", NOTE, readme)
+    (message,) = metadata_problems(tmp_path)
+    assert message.startswith(str(tmp_path / "bad.yaml")) and problem in message, message
+
+
+def test_a_shared_readme_line_is_said_by_exactly_the_runs_its_pattern_matches(tmp_path):
+    share = "  readme: {line: fam_*}\n"
+    write(tmp_path, "fam_a", NOTE, "  readme: {line: fam_*, data: d, reward: r, algorithm: a}\n")
+    write(tmp_path, "fam_b", NOTE, share)
+    assert metadata_problems(tmp_path) == []
+    write(tmp_path, "fam_c", NOTE)  # matched by the pattern, on a line of its own
+    assert metadata_problems(tmp_path) == [
+        "README line 'fam_*' matches ['fam_a', 'fam_b', 'fam_c'] but is said by ['fam_a', 'fam_b']"
+    ]
+    write(tmp_path, "fam_c", NOTE, share)
+    write(tmp_path, "fam_a", NOTE, share)  # then no run gives the line's cells
+    assert metadata_problems(tmp_path) == [
+        "README line 'fam_*': exactly one of ['fam_a', 'fam_b', 'fam_c'] gives its cells"
+    ]
+    table = rows_doc.readme_table(tmp_path)  # ...and the generator refuses nothing, but lists no line for them
+    assert table == rows_doc.README_HEADER
 
 
 def test_two_rows_at_one_position_of_a_table_are_a_problem(tmp_path):
@@ -123,15 +157,13 @@ def test_two_rows_at_one_position_of_a_table_are_a_problem(tmp_path):
     assert metadata_problems(tmp_path) == ["T position 1: both a and b; give each row its own"]
 
 
-def test_the_readme_paper_rows_table_lists_every_exp_file():
-    """The README's table is written by hand; this keeps it to the conf/exp/ files, one line each or, for a family of
-    rows that each change one setting of a listed row (EVOL-RL's ablations), one line naming them by a pattern
-    (`evol_rl_*_paper`) that matches at least two files; every file is matched by exactly one line."""
-    import re
-    from fnmatch import fnmatchcase
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_readme_and_reproduce_rows_are_the_ones_the_paper_blocks_give():
+    """README.md's rows table and docs/reproduce.md's rows are `python -m sarl.reports.rows_doc --write`'s output,
+    byte for byte between their markers; after a run of the generator, each conf/exp/ file is on exactly one README
+    line (its own, or a pattern like `evol_rl_*_paper` matching the runs that share it)."""
+    assert rows_doc.stale() == [], "run python -m sarl.reports.rows_doc --write"
+    assert rows_doc.main(["--check"]) == 0
+    readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Paper rows") : readme.index("## Where things are")]
     listed = re.findall(r"^\| `([a-z0-9_*]+)` \|", section, re.M)
     assert len(listed) == len(set(listed)), "a row is listed twice"
@@ -141,3 +173,28 @@ def test_the_readme_paper_rows_table_lists_every_exp_file():
         assert len(family) >= 2, f"README's `{pattern}` names {family}: list a single row by its name"
         names += family
     assert sorted(names) == sorted(experiments()), "README's paper-rows table and conf/exp/ differ"
+    reproduce = (ROOT / "docs" / "reproduce.md").read_text()
+    assert all(f"| `+exp={r.exp}` |" in reproduce for r in paper_rows())
+
+
+def test_the_generator_names_a_stale_line_and_rewrites_only_between_the_markers(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    shutil.copytree(ROOT / "conf" / "exp", tmp_path / "conf" / "exp")
+    for rel in ("README.md", "docs/reproduce.md"):
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    readme = tmp_path / "README.md"
+    text = readme.read_text()
+    edited = text.replace("| `smoke` | none: the CPU default |", "| `smoke` | none: the default |")
+    edited = edited.replace("## Quick start", "## Quick start, by hand")
+    readme.write_text(edited)
+    line = edited[: edited.index("| `smoke` |")].count("\n") + 1
+    (stale,) = rows_doc.stale(tmp_path)
+    assert stale.startswith(f"README.md:{line}: has '| `smoke` | none: the default |")
+    assert rows_doc.write(tmp_path) == [readme] and rows_doc.stale(tmp_path) == []
+    assert readme.read_text() == text.replace("## Quick start", "## Quick start, by hand")  # the prose is kept
+    readme.write_text(text.replace("<!-- rows:end -->", ""))
+    with pytest.raises(UserError, match="needs one `<!-- rows:begin -->` line and one `<!-- rows:end -->`"):
+        rows_doc.stale(tmp_path)
+    write(tmp_path / "conf" / "exp", "smoke", NOTE, "")
+    with pytest.raises(UserError, match="paper block.s. to fix first: .*smoke.yaml: paper.readme is missing"):
+        rows_doc.write(tmp_path)
