@@ -1,16 +1,16 @@
 """Execution reward for code (decisions §8): the program in the response's last fenced code block runs against
-the problem's tests in `eval.sandbox`.
+the problem's tests in `sarl.checking.code.sandbox`.
 
 GRP Sec. 3.2.2 partitions a group by an accuracy reward r_acc in {0, 1} (Eq. 14) and GRP Sec. 4.1 reports code
 benchmarks as accuracies (avg@k), so the default score is all-pass: 1.0 when every test passes, else 0.0.
 `score="pass_fraction"` gives the share of the tests' top-level `assert` statements that pass instead
-(`eval.sandbox.RunResult.score`).
+(`sarl.checking.code.sandbox.RunResult.score`).
 
 Ground truth per row: `{"tests": SOURCE, "prelude": ..., "stdin": ...}` (`sarl.data.code_tests`), SOURCE Python that
 raises on a failure (MBPP's `assert` lines; HumanEval's `check(entry_point)` appended when the set is prepared). The
 program only computes, inside the sandbox; the tests run and the verdict is computed in a separate judge process
-(`eval.sandbox`), so nothing the program does to its own interpreter changes its score. The code block is looked
-for in the final answer part (`eval.grading.extract.strip_thinking`: after `</think>`).
+(`sarl.checking.code.sandbox`), so nothing the program does to its own interpreter changes its score. The code block
+is looked for in the final answer part (`sarl.checking.grading.extract.strip_thinking`: after `</think>`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,16 @@ import logging
 from collections import Counter
 from typing import Any
 
-from eval.grading.extract import strip_thinking
-from eval.sandbox import OUTCOMES, SCORE_MODES, CodeProblem, RunResult, Sandbox, last_code_block, problem_of
+from sarl.checking.code.sandbox import (
+    OUTCOMES,
+    SCORE_MODES,
+    CodeProblem,
+    RunResult,
+    Sandbox,
+    last_code_block,
+    problem_of,
+)
+from sarl.checking.grading.extract import strip_thinking
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.runtime.checks import Check
 
@@ -37,7 +45,7 @@ class CodeExecReward(RewardFunction):
     the kinds of KINDS (their batch mean is the share, `outcome_counts` the running counts). No code block,
     a syntax error, a timeout, memory, too much output, a crash and failed tests score 0. A row the sandbox
     could not judge (its harness broke: `sandbox_error`) and a row whose ground truth cannot be judged
-    (`eval.sandbox.problem_of`) are failed (masked by the backends), never a silent 0.
+    (`sarl.checking.code.sandbox.problem_of`) are failed (masked by the backends), never a silent 0.
     """
 
     diagnostic_keys = DIAGNOSTIC_KEYS

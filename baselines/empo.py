@@ -23,8 +23,8 @@ from collections import Counter
 
 import numpy as np
 
-from eval.grading.extract import extract_answers, strip_thinking
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.extract import extract_answers, strip_thinking
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.threads import limited
 from sarl.structure.embed.base import Embedder, embed_rows
@@ -36,7 +36,7 @@ MODES = ("math", "open_ended")
 
 
 def final_answer_text(text: str, answer_in_unclosed_think: bool = False) -> str | None:
-    """The final answer of an open-ended response (`eval.grading.extract.strip_thinking`, the rule of the math
+    """The final answer of an open-ended response (`sarl.checking.grading.extract.strip_thinking`, the rule of the math
     answers): the text after the last `</think>`; the whole response if it has no think tags; None if the
     thinking never closed (truncated; the whole response with `answer_in_unclosed_think`) or the answer is
     empty, also once sanitised (control characters only: no text to embed, `sarl.structure.steps.sanitize`)."""
@@ -102,7 +102,9 @@ class EMPOReward(RewardFunction):
         self.high = float(high)
         self.embedder = embedder
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
+        self.answer_in_unclosed_think = (
+            answer_in_unclosed_think  # sarl.checking.grading.extract.extract_answer's switch
+        )
 
     def check_ready(self) -> str | None:
         """Why the embedder cannot be used (`sarl.contract.reward.Reward.check_ready`), None if it can or

@@ -33,8 +33,8 @@ import numpy as np
 
 from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import majority_vote
-from eval.grading.extract import extract_answers
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.extract import extract_answers
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.threads import limited
 from sarl.structure.embed.base import Embedder, embed_rows
@@ -137,7 +137,9 @@ class EvolRLReward(RewardFunction):
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
+        self.answer_in_unclosed_think = (
+            answer_in_unclosed_think  # sarl.checking.grading.extract.extract_answer's switch
+        )
         self.label = label
 
     def check_ready(self) -> str | None:

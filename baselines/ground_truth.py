@@ -7,9 +7,9 @@ math-verify, `verify(gold, pred)` with the gold first; else 0. A gold may be a l
 
 from __future__ import annotations
 
-from eval.grading.extract import extract_answer
-from eval.grading.gold import gold_answers
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.gold import gold_answers
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 
 
@@ -19,10 +19,10 @@ class GroundTruthReward(RewardFunction):
     Diagnostics: `acc` (= the score), `no_answer` (no `\\boxed{}` answer; score 0), `grader_timeout`
     (a math-verify check timed out and counted as "not equivalent"). A row whose gold answer is missing
     (None), malformed or does not parse gets score 0 and `failed` with the reason: never a silent 0 or 1.
-    Gold answers are validated when the data is prepared (`eval.grading.gold.validate_gold_rows`); the runtime
+    Gold answers are validated when the data is prepared (`sarl.checking.grading.gold.validate_gold_rows`); the runtime
     check is the safety net. A response whose `<think>` never closes has no answer, as in the evaluation;
     `answer_in_unclosed_think=True` takes the last box of the unfinished thinking instead
-    (`eval.grading.extract.extract_answer`).
+    (`sarl.checking.grading.extract.extract_answer`).
     """
 
     diagnostic_keys = ("acc", "no_answer", "grader_timeout")

@@ -41,7 +41,7 @@ Decisions where the paper is silent (decisions §4):
   tokenizer when configured, else whitespace words).
 - default weights uniform (0.2 each).
 - accuracy: the `\\boxed{}` inside the last `<answer>` block, or the block's whole text when it has none,
-  checked against the gold answer with `eval.grading`.
+  checked against the gold answer with `sarl.checking.grading`.
 
 For PASC-GRPO, `GRPReward(combine="scae")` packs accuracy and R_graph into one score
 (`baselines.pasc_grpo.pack_scae`) for the `scae` advantage estimator, which unpacks it.
@@ -69,7 +69,7 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.pasc_grpo import (
     pack_scae,
 )
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.token_count import TokenCounter
 from sarl.formats.graph import GraphParse, Node, gradable_answer, parse_graph, reasoning_graph
@@ -181,7 +181,7 @@ class GRPReward(RewardFunction):
     """GRP's process-aware graph reward with an outcome term (GRP Sec. 3.2).
 
     The outcome term r_acc (`outcome`): "answer" (math: the `\\boxed{}` of the `<answer>` block graded against
-    the gold answer with `eval.grading`) or "code_exec" (code: the `<answer>` block's last fenced Python block
+    the gold answer with `sarl.checking.grading`) or "code_exec" (code: the `<answer>` block's last fenced Python block
     run against the row's tests `{"tests": SOURCE}` by `baselines.code_exec.CodeExecReward`, built from the
     `code_exec` settings, conf/reward/code_exec.yaml's keys). combine="sum" (GRPO): score = acc_weight * r_acc
     + R_graph; combine="scae" (PASC-GRPO): the packed score `pack_scae(r_acc, R_graph)` for the `scae` advantage

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from baselines.ground_truth import GroundTruthReward
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.token_count import TokenCounter
 from sarl.formats.tags import format_score, parse_structured
@@ -143,7 +143,7 @@ class LCSReward(RewardFunction):
 
     Diagnostics: `acc`, `format`, `r_lcs`, `n_steps`, `untagged_prefix`, `truncated`, `group_size` (the
     completions compared), `no_reference` (1 when none of them is correct: no LCS term, Sec. 4.3).
-    Correctness is the ground-truth check (`eval.grading`, last `\\boxed{}` after `</think>`).
+    Correctness is the ground-truth check (`sarl.checking.grading`, last `\\boxed{}` after `</think>`).
     """
 
     group_reward = True  # Eq. (7) compares a completion with its siblings (RolloutBatch.group_ids)

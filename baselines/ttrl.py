@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from eval.grading.extract import extract_answers
-from eval.grading.gold import gold_answers
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.extract import extract_answers
+from sarl.checking.grading.gold import gold_answers
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.selection import select_for_training
 
@@ -83,7 +83,9 @@ class TTRLReward(RewardFunction):
         self.n_samples = n_samples
         self.seed = seed
         self.grader = grader
-        self.answer_in_unclosed_think = answer_in_unclosed_think  # eval.grading.extract.extract_answer's switch
+        self.answer_in_unclosed_think = (
+            answer_in_unclosed_think  # sarl.checking.grading.extract.extract_answer's switch
+        )
         self.warning_counts: Counter[str] = Counter()
 
     def training_rows(self, group_ids: Sequence[str]) -> list[int]:

@@ -1,13 +1,13 @@
 """Code benchmarks scored by execution (GRP Sec. 4.1, Tables 1 and 3; decisions §8): each sample's last fenced
 Python block in its final answer (after `</think>`, as answers are graded) runs against its problem's tests in
-`eval.sandbox`, at most `code.max_workers` programs at once. A sample is correct when every test passes; the
-correctness per sample gives the benchmark's avg@k / pass@k through `eval.metrics`, as for math.
+`sarl.checking.code.sandbox`, at most `code.max_workers` programs at once. A sample is correct when every test
+passes; the correctness per sample gives the benchmark's avg@k / pass@k through `eval.metrics`, as for math.
 
 Outcomes per sample (counted per benchmark in results.json's `code_outcomes`): `no_code_block`, the sandbox's
 `passed`, `failed`, `syntax_error`, `timeout`, `memory`, `output_limit`, `crashed` (the program died of a signal),
 `sandbox_error` (the harness could not run it: incorrect, not cached, so a rerun tries again) and `no_response`
 (generation failed). Runs are cached per sample by the response's text hash; only the judge's verdicts are cached
-(`eval.sandbox`: computed in a process the program never ran in).
+(`sarl.checking.code.sandbox`: computed in a process the program never ran in).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from eval.cache import SampleCache, stable_hash, text_hash
-from eval.grading.extract import strip_thinking
-from eval.sandbox import JUDGE_VERSION, Sandbox, last_code_block, problem_of
+from sarl.checking.code.sandbox import JUDGE_VERSION, Sandbox, last_code_block, problem_of
+from sarl.checking.grading.extract import strip_thinking
 from sarl.runtime.errors import UserError
 
 if TYPE_CHECKING:

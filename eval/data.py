@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.cache import stable_hash
-from eval.grading.gold import gold_answers
-from eval.sandbox import gold_tests_problem
+from sarl.checking.code.sandbox import gold_tests_problem
+from sarl.checking.grading.gold import gold_answers
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import read_jsonl, resolve_path
 

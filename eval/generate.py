@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
-from eval.openai_client import ChatClient, api_key_from_env, run_concurrently
+from sarl.checking.openai_client import ChatClient, api_key_from_env, run_concurrently
 from sarl.contract.token_count import TokenCounter
 from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
 
@@ -196,7 +196,7 @@ class OpenAIChatGenerator(Generator):
     build). The server applies the checkpoint's chat template; `top_k` and `chat_template_kwargs` are vLLM
     extensions (set `top_k: null` and clear `chat_template_kwargs` for servers that reject them). Token
     counts come from the reply's `usage`; if a server gives none, `count_tokens` (the checkpoint's tokenizer)
-    counts the text, and the record says so. `client`: the settings of its `eval.openai_client.ChatClient`
+    counts the text, and the record says so. `client`: the settings of its `sarl.checking.openai_client.ChatClient`
     (api_key, timeout_s, max_retries, backoff_s, ...), over CLIENT_DEFAULTS."""
 
     name = "openai"

@@ -2,7 +2,7 @@
 n samples, and pass@1 as mean ± std over seeds. All in percent.
 
 - avg@k (SARL Sec. 4.1; GRP Sec. 4.1): per problem the mean 0/1 correctness of its k samples, then the mean over
-  problems (`eval.grading.scores.avg_at_k`).
+  problems (`sarl.checking.grading.scores.avg_at_k`).
 - pass@k from n >= k samples of which c are correct: 1 - C(n-c, k) / C(n, k), the unbiased estimator of Chen et
   al. 2021 (*Evaluating Large Language Models Trained on Code*, arXiv:2107.03374, Sec. 2.1), computed as their
   numpy code does, as a product that never forms the binomials; then the mean over problems (EVOL-RL Table 1:
@@ -20,7 +20,7 @@ import math
 import re
 from typing import Sequence
 
-from eval.grading.scores import avg_at_k
+from sarl.checking.grading.scores import avg_at_k
 
 SEED_STD_DDOF = 1  # the std over seeds is the sample standard deviation (decisions §3.1)
 METRIC_PATTERN = re.compile(r"^(avg@k|pass@(\d+)|pass@1_seeds)$")

@@ -5,7 +5,7 @@ A template file has `system` (the system turn, or null), optional `tags` (Struct
 `{tags}`) and two parts: `math` (a question with an answer: math, reading comprehension) and `choice` (a multiple-
 choice question, a conf/data set of builder `choice`), each with `user` (the user turn), `answer` (how the answer
 is read: `boxed`, the last \\boxed{}; `answer_line`, the letter of the last "Answer: X"; both after the thinking,
-`eval.grading.extract`) and, for `choice`, `option` and `separator` (how the options are written).
+`sarl.checking.grading.extract`) and, for `choice`, `option` and `separator` (how the options are written).
 Placeholders: {question}, {options}, {letters} ("A, B, C or D"), {letter_set} ("ABCD"), {tags}; any other
 brace is text (`\\boxed{}`).
 
@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import OmegaConf
 
-from eval.grading.extract import extract_answer, extract_answer_line
+from sarl.checking.grading.extract import extract_answer, extract_answer_line
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
 

@@ -5,7 +5,7 @@ scores by this plan; `dry_run=true` prints it.
 A protocol file has `name`, `paper`, `sampling` (overrides of conf/eval.yaml's `sampling:` keys), `sweep` (null,
 or one sampling key with a list of values: every benchmark is run once per value, e.g. the maximum response
 lengths of Structured Reasoning Tables 2-3) and `benchmarks`, a list of groups {names, kind, n, metrics[,
-max_tokens]}. Kinds: math (answers graded by eval.grading), wildbench (judged), code (scored by running the
+max_tokens]}. Kinds: math (answers graded by sarl.checking.grading), wildbench (judged), code (scored by running the
 benchmark's tests). An optional `files` maps a benchmark to its own data file (a path or `pkg://package/path`,
 eval.data): the smoke protocol's held-out prompts ship in the package, so they need no `sarl.data.prepare`; every
 other benchmark is read from `<paths.data_dir>/<name>/test.parquet`. A group of kind math may name the prompt
@@ -31,6 +31,7 @@ from eval.data import Problem, benchmark_path, load_benchmark
 from eval.generate import SamplingConfig
 from eval.metrics import check_metric
 from eval.prompts import PREPARED, BenchmarkPrompt, ask, benchmark_prompt, format_prompts
+from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import is_run_or_checkpoint
 from sarl.runtime.errors import UserError, check_writable_dir
 from sarl.runtime.files import CONF_DIR
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("math", "wildbench", "code")
 MODEL_KINDS = ("trained", "base")  # a checkpoint a row trained | a model it starts from or is compared with
-SCORING = {"math": "answer graded (eval.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
+SCORING = {"math": "answer graded (sarl.checking.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig))
 DATA_CONF = CONF_DIR / "data"
 
@@ -256,6 +257,7 @@ def check_eval_config(cfg: DictConfig, here: bool = True) -> None:
     ):
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))) or not ok(value):
             raise UserError(f"{key}={value!r}: must be {what}")
+    torch_threads.check_setting(cfg.get("torch_threads", "auto"), "torch_threads")
     if here:
         check_writable_dir(cfg.cache_dir, "cache_dir")
 

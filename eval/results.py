@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from eval.cache import atomic_write_text
-from eval.grading.scores import avg_at_k
 from eval.metrics import mean_std
 from eval.wildbench import CATEGORY_WEIGHTS, SHORT_NAMES, category_scores, task_categories, wb_score_macro
+from sarl.checking.grading.scores import avg_at_k
 from sarl.runtime.errors import UserError
 from sarl.runtime.runs import wandb_offline_when_unusable
 

@@ -62,6 +62,7 @@ from eval.results import (
 )
 from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_all
 from eval.select import select_and_evaluate
+from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import resolve_checkpoint
 from sarl.runtime.errors import EXIT_INCOMPLETE, check_writable_dir, exit_code
 from sarl.runtime.hub import offline_if_unreachable, offline_note
@@ -106,6 +107,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     handler = logging.FileHandler(run_dir / "eval.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     logging.getLogger().addHandler(handler)
+    torch_threads.apply(cfg.get("torch_threads", "auto"), say=log.info)  # before a model loads (decisions §7.9)
     try:
         started = dt.datetime.now().isoformat(timespec="seconds")
         config = OmegaConf.to_container(cfg, resolve=True)
@@ -234,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s] %(message)s")
     logging.getLogger("eval").setLevel(logging.INFO)
+    torch_threads.wait_policy_env()  # before torch loads OpenMP (sarl.runtime.torch_threads, decisions §7.9)
     offline_if_unreachable()  # before anything imports huggingface_hub: no Hub retries here or in the children
     return exit_code(
         lambda: _run_command(argv),

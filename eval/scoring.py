@@ -15,14 +15,14 @@ from eval.cache import SampleCache, stable_hash, text_hash
 from eval.code import code_outcomes, code_sample
 from eval.config import build
 from eval.generate import SamplingConfig
-from eval.grading.extract import strip_thinking
-from eval.grading.grader import Grader
 from eval.lm_eval_bridge import run_lm_eval
 from eval.metrics import benchmark_metrics
 from eval.prompts import answer_reader
 from eval.protocol import Benchmark
 from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
+from sarl.checking.grading.extract import strip_thinking
+from sarl.checking.grading.grader import Grader
 from sarl.contract.reward import RolloutBatch, build_reward
 from sarl.serving.auto import embedding_server_for
 from sarl.structure.cluster import method_k_rule

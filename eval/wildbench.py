@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 from eval.cache import atomic_write_text, safe_name
-from eval.openai_client import ChatClient, api_key_from_env, run_concurrently
+from sarl.checking.openai_client import ChatClient, api_key_from_env, run_concurrently
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def parse_judgement(text: str | None) -> tuple[float | None, str | None]:
 class WildBenchJudge:
     """An OpenAI-compatible chat endpoint as WildBench judge (GPT-4o as the leaderboard uses, or a local
     vLLM judge): temperature 0, 1024 tokens, JSON mode, as WildBench's own evaluation. `client`: the settings
-    of its `eval.openai_client.ChatClient` (api_key, timeout_s, max_retries, backoff_s, ...), over
+    of its `sarl.checking.openai_client.ChatClient` (api_key, timeout_s, max_retries, backoff_s, ...), over
     CLIENT_DEFAULTS."""
 
     CLIENT_DEFAULTS: ClassVar[dict[str, Any]] = {"timeout_s": 120.0, "max_retries": 6, "backoff_s": 2.0}

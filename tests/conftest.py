@@ -14,6 +14,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+@pytest.fixture(scope="session")
+def grader():
+    """One math-verify worker for the tests that grade answers (the timeout tests make their own)."""
+    from sarl.checking.grading.grader import Grader
+
+    g = Grader(timeout_s=5.0)
+    yield g
+    g.close()
+
+
 @pytest.fixture
 def closing_server():
     """testkit.ClosingServer: a loopback TCP server that counts the connections it accepts and closes them."""

@@ -1,5 +1,5 @@
-"""The public API: `from sarl import ...`, `from baselines import ...`, `from eval.grading import ...` for the names
-the README and CONTRIBUTING use; each name is the object its defining module holds, loaded on first use."""
+"""The public API: `from sarl import ...`, `from baselines import ...`, `from sarl.checking.grading import ...` for
+the names the README and CONTRIBUTING use; each name is the object its defining module holds, loaded on first use."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("sarl", "baselines", "eval.grading")
+PACKAGES = ("sarl", "baselines", "sarl.checking.grading")
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -29,17 +29,19 @@ def test_every_public_name_is_its_defining_module_s_object(package):
 def test_importing_the_packages_loads_nothing_else():
     """`import sarl` (every `python -m sarl.*` command does it) loads no reward, embedder or torch."""
     code = (
-        "import sys, sarl, baselines, eval.grading; prefixes = ('sarl.', 'baselines.', 'eval.grading.'); "
-        "print(sorted(m for m in sys.modules if m.startswith(prefixes) or m == 'torch'))"
+        "import sys, sarl, baselines, sarl.checking.grading; imported = ('sarl.checking', 'sarl.checking.grading'); "
+        "print(sorted(m for m in sys.modules if m.startswith(('sarl.', 'baselines.')) and m not in imported "
+        "or m == 'torch'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_the_documents_import_public_names_only():
-    """Every `from sarl import ...` (baselines, eval.grading) in the README and CONTRIBUTING names a public name."""
+    """Every `from sarl import ...` (baselines, sarl.checking.grading) in the README and CONTRIBUTING names a public
+    name."""
     text = "".join((ROOT / name).read_text() for name in ("README.md", "CONTRIBUTING.md"))
-    found = re.findall(r"^from (sarl|baselines|eval\.grading) import ([\w, ]+)$", text, re.MULTILINE)
+    found = re.findall(r"^from (sarl|baselines|sarl\.checking\.grading) import ([\w, ]+)$", text, re.MULTILINE)
     assert found, "the README shows the library use"
     for package, names in found:
         public = importlib.import_module(package).__all__

@@ -9,7 +9,8 @@ from typing import Any, Sequence
 from baselines.ground_truth import GroundTruthReward
 from baselines.maxflow.attention import SequenceTooLong, StepAttention
 from baselines.maxflow.flow import TAU, capacity_graph, quality_from_importance, step_importance
-from eval.grading.grader import Grader, default_grader
+from baselines.maxflow.preflight import attention_gpu_items
+from sarl.checking.grading.grader import Grader, default_grader
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.threads import limited
 from sarl.formats.tags import STEP_MODES, format_score, parse_structured
@@ -54,6 +55,7 @@ class MaxFlowReward(RewardFunction):
     # (sarl.backends.verl.reward.compute_score fails a row whose extra_info lacks it)
     needs_prompt = True
     failure_label = "MaxFlow reward"
+    gpu_memory_items = classmethod(attention_gpu_items)  # its attention model in the back end's memory plan
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
-"""Code execution throughput and worst cases: `eval.sandbox` (bubblewrap runner + separate judge) on MBPP-like
-programs vs. what a user would write first (one plain `subprocess.run(["python", "-c", program + tests])` per
+"""Code execution throughput and worst cases: `sarl.checking.code.sandbox` (bubblewrap runner + separate judge) on
+MBPP-like programs vs. what a user would write first (one plain `subprocess.run(["python", "-c", program + tests])` per
 program) and the start-up floor (the same with `python -I -S`: no site-packages), each side at the same
 concurrency (the reward's `max_workers`, default min(8, cores)) and one at a time, on the same programs and tests;
 in programs per second of wall time and per CPU-second (per core: the machine's busy time while the side ran,
@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from eval.sandbox import Sandbox
 from sarl.bench.common import median
+from sarl.checking.code.sandbox import Sandbox
 
 # (solution, MBPP-style tests): ordinary programs of the size MBPP's solutions have.
 MBPP_LIKE = [

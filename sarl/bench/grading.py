@@ -5,11 +5,11 @@ expressions, decimals) written as the gold or as an equivalent or a different fo
 pathological answers, half of each kind:
 
 - oversized: thousands of digits, braces nested far beyond any gold answer, a response of repeated
-  `\\boxed{`, which the grader's size limits (eval.grading MAX_ANSWER_CHARS, MAX_BRACE_DEPTH) reject before
+  `\\boxed{`, which the grader's size limits (sarl.checking.grading MAX_ANSWER_CHARS, MAX_BRACE_DEPTH) reject before
   math-verify;
 - short: `SHORT_PATHOLOGICAL`, short answers that ask sympy for astronomical numbers or slow symbolic work
   (power towers, factorial towers, huge binomials, sums over 10^12 terms, calculus), bounded by the grader's
-  cost estimate and budget (eval.grading.cost, docs/grading.md "Bounded cost"); a quarter of them is graded
+  cost estimate and budget (sarl.checking.grading.cost, docs/grading.md "Bounded cost"); a quarter of them is graded
   against itself written the same way (correct), the rest against an integer.
 
 Reported: answers/s, latency percentiles (all answers, and the short pathological ones separately, with the
@@ -29,8 +29,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from eval.grading.extract import extract_answer
-from eval.grading.grader import MAX_ANSWER_CHARS, MAX_BRACE_DEPTH, Grader
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.grader import MAX_ANSWER_CHARS, MAX_BRACE_DEPTH, Grader
 
 # Short answers that cost plain math-verify its 5 s timeout (or hundreds of ms) on one CPU core.
 SHORT_PATHOLOGICAL = (
@@ -183,7 +183,7 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
         latency = np.empty(len(rows))
         cpu = np.empty(len(rows))  # the worker's CPU seconds per answer (0 when it never reached the worker)
         kinds = np.array([r["kind"] for r in rows])
-        grader_log = logging.getLogger("eval.grading.grader")
+        grader_log = logging.getLogger("sarl.checking.grading.grader")
         level = grader_log.level
         grader_log.setLevel(logging.ERROR)  # one warning per rejection or budget: counted below instead
         try:
@@ -285,6 +285,6 @@ def run_grading(cfg: DictConfig, console: Console) -> dict:
     console.print(
         f"size limits: answers over {MAX_ANSWER_CHARS} characters or with braces nested over {MAX_BRACE_DEPTH} "
         "deep are rejected before math-verify; answers whose cost estimate is too high get no verdict or a "
-        "budget (eval.grading.cost); both count as not equivalent."
+        "budget (sarl.checking.grading.cost); both count as not equivalent."
     )
     return out

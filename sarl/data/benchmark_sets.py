@@ -1,11 +1,11 @@
 """Builders for the other papers' benchmarks and training sets (EVOL-RL, GRP, Structured Reasoning) whose source
 rows are not plain (question, answer) pairs. Every one writes records that `eval.run` grades like a math answer
 (the last `\\boxed{}` of a response against the accepted answers in `reward_model.ground_truth`, with
-`eval.grading`), so one evaluation path serves every benchmark of the protocols (docs/decisions.md §7.4).
+`sarl.checking.grading`), so one evaluation path serves every benchmark of the protocols (docs/decisions.md §7.4).
 
 - `math_solution`: the gold is extracted from a worked solution, then the set is built by `build_math`:
   `answers.extract: after_hashes` (GSM8K: the text after the last "####", thousands separators dropped) or
-  `last_boxed` (MATH: the last `\\boxed{}` of the solution, `eval.grading.extract.extract_answer`'s rule).
+  `last_boxed` (MATH: the last `\\boxed{}` of the solution, `sarl.checking.grading.extract.extract_answer`'s rule).
 - `choice`: multiple choice (GPQA-Diamond, MMLU, LSAT-AR). The prompt lists the options as "(A) ...", "(B) ...",
   and asks for the letter in `\\boxed{}`; the gold is the letter. The options come from a list column
   (`fields.choices`) or from a correct-answer column plus incorrect-answer columns (`fields.correct`,
@@ -25,7 +25,7 @@ import re
 import string
 from typing import Any, Callable, Mapping, Sequence
 
-from eval.grading.extract import extract_answer
+from sarl.checking.grading.extract import extract_answer
 from sarl.data.build import (
     BUILDERS,
     Built,

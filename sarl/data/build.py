@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from eval.grading.gold import validate_gold, validate_gold_rows
+from sarl.checking.grading.gold import validate_gold, validate_gold_rows
 from sarl.contract.reward import USER_PROMPT_KEY
 from sarl.data.answers import accepted_answers
 from sarl.data.sources import DataSourceError
@@ -188,7 +188,7 @@ def trl_record(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 def unparseable_golds(candidates: list[dict[str, Any]]) -> dict[int, str]:
     """Row index -> reason for every candidate whose accepted answers math-verify cannot parse
-    (`eval.grading.gold.validate_gold_rows`; on failure each row is checked on its own to name the culprits)."""
+    (`sarl.checking.grading.gold.validate_gold_rows`; on failure each row is checked alone to name the culprits)."""
     try:
         validate_gold_rows(candidates, id_key="id", answer_key="answers")
     except ValueError:
@@ -232,7 +232,7 @@ def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps,
     """Math problems: prompt = question + `prompt_suffix` (SARL App. B.1: "Let's think step by step and output
     the final answer within \\boxed{}."), after a system turn `system_prompt` where one is set (EVOL-RL App. C.3:
     SimpleRL-Zoo's system prompt), ground truth = the normalised accepted answers, validated by
-    math-verify through `eval.grading`. `answers.fixes` (id -> answer) replaces a source's gold written in a
+    math-verify through `sarl.checking.grading`. `answers.fixes` (id -> answer) replaces a source's gold written in a
     notation math-verify cannot read; each fix is recorded in the manifest."""
     name, split, fields = cfg["name"], cfg["split"], cfg["fields"]
     answers_cfg = cfg.get("answers") or {}
@@ -266,7 +266,7 @@ def build_math(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps,
     problems += [problem(c["id"], c["index"], bad[c["index"]]) for c in candidates if c["index"] in bad]
     problems.sort(key=lambda p: p["index"])
     kept = [c for c in candidates if c["index"] not in bad]
-    steps("gold answers parse (eval.grading, math-verify)", len(kept))
+    steps("gold answers parse (sarl.checking.grading, math-verify)", len(kept))
     settle(name, problems, drop_invalid)
     prompt_of = math_prompt(cfg)
     system = [{"role": "system", "content": cfg["system_prompt"]}] if cfg.get("system_prompt") else []

@@ -14,7 +14,7 @@ tests:
 
 Checks, each counted: id, question and convertible tests present (unusable rows are listed: the build fails
 unless drop_invalid); the date window (`filters.date_from` / `date_to`, LiveCodeBench's contest date); and with
-`verify` set, each row's canonical solution (`fields.solution`) must pass its tests in `eval.sandbox`.
+`verify` set, each row's canonical solution (`fields.solution`) must pass its tests in `sarl.checking.code.sandbox`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
-from eval.sandbox import Sandbox, problem_of
+from sarl.checking.code.sandbox import Sandbox, problem_of
 from sarl.data import code_tests
 from sarl.data.build import (
     BUILDERS,
@@ -186,7 +186,7 @@ def build_code(cfg: Mapping[str, Any], rows: list[dict[str, Any]], steps: Steps,
         failed = verify_solutions(candidates, verify)
         problems += [problem(c["id"], c["index"], failed[c["index"]]) for c in candidates if c["index"] in failed]
         candidates = [c for c in candidates if c["index"] not in failed]
-        steps("canonical solution passes its tests (eval.sandbox)", len(candidates))
+        steps("canonical solution passes its tests (sarl.checking.code.sandbox)", len(candidates))
     problems.sort(key=lambda p: p["index"])
     settle(name, problems, drop_invalid)
     records = []

@@ -1,12 +1,12 @@
 """Benchmarks' tests as Python that raises on a failure, the ground truth `{"tests": SOURCE, "prelude": ..., "stdin":
-...}` that `eval.sandbox` judges a program by (decisions §8):
+...}` that `sarl.checking.code.sandbox` judges a program by (decisions §8):
 
 - `tests`: run by the judge after the program, with the program's top-level names bound to it (plain values, or
   handles whose calls the program answers with plain data); each top-level `assert` is one test.
 - `prelude`: run before the program (imports and helper functions of a HumanEval prompt, LiveCodeBench's imports);
   the program may redefine what it defines for its own use, the tests always see the prelude's. Empty for most sets.
 - `stdin`: the program is a script that reads standard input (LiveCodeBench's stdin problems): the tests run it
-  once per case through the judge's `run_program(stdin) -> stdout` (`eval.sandbox`).
+  once per case through the judge's `run_program(stdin) -> stdout` (`sarl.checking.code.sandbox`).
 
 One converter per source format: `pytest_to_tests` (KodCode's pytest files), `assert_tests` (MBPP's assert list),
 `check_tests` (HumanEval's `check(candidate)`), `evalplus_tests` (EvalPlus's inputs/results loops), and
@@ -73,8 +73,8 @@ LCB_PRELUDE = (
 )
 
 # stdin problems: the judge runs the program as a script once per case (`run_program(stdin) -> stdout`, given by
-# eval.sandbox's judge); its output matches when the lines agree after stripping, token by token, numbers compared
-# as decimals (LiveCodeBench's comparison). The comparison runs in the judge, never in the program's process.
+# sarl.checking.code.sandbox's judge); its output matches when the lines agree after stripping, token by token, numbers
+# compared as decimals (LiveCodeBench's comparison). The comparison runs in the judge, never in the program's process.
 STDIN_RUNNER = """
 import decimal as _decimal
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import networkx as nx
 
-from eval.grading.extract import extract_answer
+from sarl.checking.grading.extract import extract_answer
 from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 LABELS = ("known", "generate", "aggregate", "reflect", "refine", "reverse", "associate")  # GRP App. B

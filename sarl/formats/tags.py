@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from eval.grading.extract import extract_answer
+from sarl.checking.grading.extract import extract_answer
 from sarl.structure.steps import THINK_CLOSE, THINK_OPEN, sanitize
 
 # Structured Reasoning App. A.8, in the prompt's order.

@@ -18,6 +18,7 @@ The exit status is 0 when everything is here (after the download), 1 when someth
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config, prepare
 from sarl.data.sources import DataSourceError
 from sarl.launch.compose import compose_user_config
-from sarl.runtime.errors import UserError, debug_requested
+from sarl.runtime.errors import UserError, report_user_errors
 from sarl.runtime.hub import hub_url, looks_like_local_path, offline_if_unreachable
 from sarl.runtime.usage import Usage, asks_for_help, usage
 from sarl.runtime.weights import is_hf_model, weights_cached
@@ -47,6 +48,7 @@ class Need:
     name: str  # the Hub id or directory; the data set's name
     path: str  # where it must be: the id again for a model, the prepared file for data
     fetch: str | None  # the command that fetches it; None: the user's own, nothing to fetch
+    data_dir: str | None = None  # data: the paths.data_dir sarl.data.prepare writes it into
 
     def here(self) -> bool:
         if self.kind == "data":
@@ -89,9 +91,9 @@ def row_data(cfg: DictConfig) -> list[Need]:
         if name is None or not (CONF_DATA / f"{name}.yaml").is_file():
             out.append(Need("data", f"data.{key}", str(path), None))
             continue
-        fetch = f"python -m sarl.data.prepare dataset={name} paths.data_dir={data_dir}"
+        fetch = f"python -m sarl.data.prepare dataset={name} paths.data_dir={shlex.quote(str(data_dir))}"
         if all(n.fetch != fetch for n in out):
-            out.append(Need("data", name, str(path), fetch))
+            out.append(Need("data", name, str(path), fetch, str(data_dir)))
     return out
 
 
@@ -121,9 +123,9 @@ def download(need: Need) -> None:
             ) from err
         return
     log.info("preparing %s", need.name)
-    data_dir = need.fetch.rsplit("paths.data_dir=", 1)[1]
     try:
-        prepare(compose_prepare_config([f"dataset={need.name}", f"paths.data_dir={data_dir}"]))
+        quoted = str(need.data_dir).replace("\\", "\\\\").replace("'", "\\'")  # a Hydra quoted value: any path
+        prepare(compose_prepare_config([f"dataset={need.name}", f"paths.data_dir='{quoted}'"]))
     except (DataSourceError, DataValidationError) as err:
         raise UserError(str(err)) from err
 
@@ -156,6 +158,7 @@ USAGE = Usage(
 )
 
 
+@report_user_errors("sarl.launch.inputs")  # a misspelt key, a failed download: one line, exit 2
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if asks_for_help(argv):
@@ -166,18 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     fetch = "--download" in argv
     overrides = [a for a in argv if a != "--download"]
     offline_if_unreachable()
-    try:
-        cfg, _ = compose_user_config(overrides)
-        needs = row_inputs(cfg)
-        if fetch:
-            for need in needs:
-                if not need.here():
-                    download(need)
-    except UserError as err:
-        if debug_requested():
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg, _ = compose_user_config(overrides)
+    needs = row_inputs(cfg)
+    if fetch:
+        for need in needs:
+            if not need.here():
+                download(need)
     text, ok = inputs_table(needs)
     sys.stdout.write(text)
     return 0 if ok else 1

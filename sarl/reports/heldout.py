@@ -7,7 +7,7 @@ A run with `heldout.files` set samples `heldout.samples_per_prompt` responses to
   structure reward whatever reward the run trains on, so that runs with different rewards compare
   on one scale (SARL Fig. 2a). The standard error treats prompts as the independent units: the
   standard deviation of the per-prompt means over sqrt(prompts).
-- `accuracy`: the share of responses whose answer (`eval.grading`, the answer after `</think>`)
+- `accuracy`: the share of responses whose answer (`sarl.checking.grading`, the answer after `</think>`)
   equals the prompt's ground truth.
 - `n_steps`, `length`: mean number of reasoning steps and of response tokens.
 - health signals: `boxed` (share with a `\\boxed{}` answer), `truncated` (share cut at the length
@@ -32,8 +32,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eval.grading.extract import extract_answer
-from eval.grading.grader import is_equivalent
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.grader import is_equivalent
 from sarl.contract.reward import RolloutBatch
 from sarl.runtime.files import resolve_path
 

@@ -1,15 +1,5 @@
 import pytest
 
-from eval.grading.grader import Grader
-
-
-@pytest.fixture(scope="session")
-def grader():
-    """One math-verify worker for the baseline tests."""
-    g = Grader(timeout_s=5.0)
-    yield g
-    g.close()
-
 
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory, byte_tokenizer):

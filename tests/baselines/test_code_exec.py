@@ -4,7 +4,7 @@ program of a batch scores 0 under its counted outcome; a broken sandbox masks th
 import pytest
 
 from baselines.code_exec import DIAGNOSTIC_KEYS, CodeExecReward
-from eval.sandbox import Sandbox
+from sarl.checking.code.sandbox import Sandbox
 from sarl.contract.reward import RolloutBatch
 
 TESTS = {"tests": "assert add(1, 2) == 3\nassert add(0, 0) == 0\nassert add(5, 5) == 10\n"}

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from baselines.code_exec import CodeExecReward
 from baselines.grp import GRPReward
 from baselines.pasc_grpo import scae_advantages, unpack_scae
-from eval.sandbox import Sandbox
+from sarl.checking.code.sandbox import Sandbox
 from sarl.contract.reward import RolloutBatch
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -176,7 +176,7 @@ def test_shipped_code_sft_traces_are_graphs_with_code_under_the_rl_prompt():
     import ast
 
     from baselines.grp import graph_rewards
-    from eval.sandbox import last_code_block
+    from sarl.checking.code.sandbox import last_code_block
     from sarl.data.synthesize.inputs import load_prompt
     from sarl.data.synthesize.verify import graph_issues
     from sarl.formats.graph import parse_graph

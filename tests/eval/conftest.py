@@ -3,7 +3,6 @@
 from eval_helpers import (  # noqa: F401  (pytest finds fixtures by name in this module)
     chat_server,
     eval_data_dir,
-    grader,
     lm_eval_tasks,
     one_torch_thread,
     tiny_chat_model,

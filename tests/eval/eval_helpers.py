@@ -7,6 +7,7 @@ parquet, a tiny Qwen3 chat model trained here to answer them, and a loopback Ope
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -16,8 +17,6 @@ from typing import Any
 
 import pytest
 from testkit import JSONHandler, LoopbackServer, closing_all
-
-from eval.grading.grader import Grader
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "eval"
@@ -31,14 +30,6 @@ CHAT_TEMPLATE = (
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     "{%- endif %}"
 )
-
-
-@pytest.fixture(scope="session")
-def grader():
-    """One math-verify worker for the grading tests (the timeout tests make their own)."""
-    g = Grader(timeout_s=5.0)
-    yield g
-    g.close()
 
 
 # -- fixture benchmarks ------------------------------------------------------------------------------------
@@ -169,13 +160,19 @@ def build_tiny_chat_model(path: Path, steps: int = 160) -> Path:
 
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
-    """Generation with the tiny model on one thread (faster than two contended ones); restored after."""
+    """Generation with the tiny model on one thread (faster than two contended ones); restored after. eval.run
+    chooses its threads itself (`torch_threads: auto`), which takes OMP_NUM_THREADS as it is: 1 here too."""
     import torch
 
-    threads = torch.get_num_threads()
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
     yield
     torch.set_num_threads(threads)
+    if omp is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = omp
 
 
 @pytest.fixture(scope="session")

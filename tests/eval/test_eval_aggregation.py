@@ -5,8 +5,6 @@ import math
 
 import pytest
 
-from eval.grading.extract import strip_thinking
-from eval.grading.scores import avg_at_k
 from eval.results import benchmark_average, mean, relative_change, table_delta_pct, with_delta
 from eval.wildbench import (
     CATEGORY_WEIGHTS,
@@ -15,6 +13,8 @@ from eval.wildbench import (
     task_categories,
     wb_score_macro,
 )
+from sarl.checking.grading.extract import strip_thinking
+from sarl.checking.grading.scores import avg_at_k
 
 # SARL Table 2: AIME25, AMC23, MATH500, Minerva -> Avg (Δ%); Δ% printed to one decimal, None for the base.
 TABLE_2 = {

@@ -16,7 +16,6 @@ from omegaconf import OmegaConf
 
 from eval import run as eval_run
 from eval.config import compose_eval_config
-from eval.grading.extract import extract_answer_line
 from eval.prompts import (
     Template,
     data_config,
@@ -26,6 +25,7 @@ from eval.prompts import (
     template_names,
 )
 from eval.protocol import format_plan, load_benchmarks, resolve_plan
+from sarl.checking.grading.extract import extract_answer_line
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import read_jsonl, resolve_path
 

@@ -105,8 +105,8 @@ def test_smoke_asks_the_shipped_heldout_prompts_as_the_smoke_run_trained_and_sam
     """protocol=smoke: avg@4 on the smoke run's 64 held-out prompts read from the package (no data preparation), each
     row's own messages (the training format: no system prompt, no suffix, no chat_template_kwargs) and gold, sampled
     as the run's held-out report samples them (conf/exp/smoke.yaml `heldout:`)."""
-    from eval.grading.gold import gold_answers
     from eval.protocol import load_benchmarks
+    from sarl.checking.grading.gold import gold_answers
     from sarl.launch.compose import compose_train_config
     from sarl.runtime.files import read_jsonl, resolve_path
 

@@ -70,6 +70,7 @@ def overrides(model, data_dir, root, judge_url, **extra):
         "judge.backoff_s": 0.01,
         "judge.max_retries": 1,
         "logger": "none",
+        "torch_threads": 1,
         **extra,
     }
     return [f"{k}={v}" for k, v in args.items()]
@@ -168,6 +169,7 @@ def test_full_evaluation(full_run, judge_server, tiny_chat_model):
     assert "Response length in tokens (SARL Table 8)" in markdown
     assert "| toy_aime | 4 | 0.0 | 0.0 | 0.250 (+25.0%) |" in markdown  # SR 0.25 vs the base's 0.2 (Fig. 2a)
     assert (root / "run" / "config.yaml").exists() and (root / "run" / "eval.log").exists()
+    assert "torch: 1 intra-op thread (torch_threads=1), 1 inter-op" in (root / "run" / "eval.log").read_text()
     assert json.loads((root / "run" / "meta.json").read_text())["git_commit"]
 
 
@@ -292,6 +294,9 @@ def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path
     missing = {"benchmarks.math": "[aime25]"}
     assert eval_run.main(overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **missing)) == 2
     assert "prepare it first" in caplog.text
+    bad_threads = overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", torch_threads="many")
+    assert eval_run.main(bad_threads) == 2
+    assert "torch_threads='many': use auto (the free CPUs), null (torch's default) or a number >= 1" in caplog.text
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
     pending = {("toy_wildbench", "wb-1", 0): "<think>x</think> an answer to judge"}

@@ -24,9 +24,9 @@ from baselines.ground_truth import GroundTruthReward
 from baselines.ttrl import TTRLReward
 from eval.config import compose_eval_config
 from eval.data import Problem
-from eval.grading.extract import extract_answer, strip_thinking
 from eval.protocol import Benchmark
 from eval.scoring import score_benchmarks
+from sarl.checking.grading.extract import extract_answer, strip_thinking
 from sarl.contract.reward import RolloutBatch
 from sarl.structure.embed.base import Embedder
 

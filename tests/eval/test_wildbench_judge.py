@@ -8,8 +8,8 @@ import time
 import pytest
 from eval_helpers import FIXTURES, chat_reply
 
-from eval.openai_client import ChatClient, ChatRequestError, api_base
 from eval.wildbench import WildBenchJudge, history_and_query, judge_prompt, load_template, parse_judgement
+from sarl.checking.openai_client import ChatClient, ChatRequestError, api_base
 
 TEMPLATE = (FIXTURES / "judge_template.md").read_text()
 

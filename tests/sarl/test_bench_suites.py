@@ -28,7 +28,7 @@ def test_answer_mix_is_realistic():
 
 
 def test_verdicts_agree_with_plain_math_verify():
-    from eval.grading.grader import Grader
+    from sarl.checking.grading.grader import Grader
 
     rows = answer_mix(160, 0.0, 3)
     grader = Grader(timeout_s=30.0)

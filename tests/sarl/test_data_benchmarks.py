@@ -229,10 +229,10 @@ def test_drop_keeps_every_accepted_answer_and_the_article_free_form(tmp_path):
 
 
 def test_the_evaluation_reads_and_grades_the_new_sets(tmp_path):
-    """eval.run's loader takes every new benchmark as kind math, and eval.grading grades a boxed letter / span."""
+    """eval.run's loader takes every new benchmark as kind math; sarl.checking.grading grades a boxed letter / span."""
     from eval.data import load_benchmark
-    from eval.grading.extract import extract_answer
-    from eval.grading.grader import default_grader
+    from sarl.checking.grading.extract import extract_answer
+    from sarl.checking.grading.grader import default_grader
 
     build(tmp_path, "mmlu", "expected_count=3")
     build(tmp_path, "drop", "expected_count=3")

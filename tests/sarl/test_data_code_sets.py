@@ -1,6 +1,6 @@
 """GRP's code sets (sarl/data/code_sets.py, sarl/data/code_tests.py): the code RL set (KodCode-Light-RL-10K) and
 the benchmarks MBPP, MBPP+, HumanEval, HumanEval+ and LiveCodeBench v5, built from small copies in their source
-layouts (tests/fixtures/data/), their tests run in the sandbox of eval/sandbox.py: every row's own solution
+layouts (tests/fixtures/data/), their tests run in the sandbox of sarl/checking/code/: every row's own solution
 passes, a wrong one fails."""
 
 import base64
@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from eval.sandbox import Sandbox, problem_of
+from sarl.checking.code.sandbox import Sandbox, problem_of
 from sarl.data import code_tests
 from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config, prepare
@@ -90,7 +90,10 @@ def test_every_fixture_builds_with_its_solutions_verified(tmp_path, name):
     manifest = build(tmp_path, name, f"expected_count={n}")
     steps = [s["step"] for s in manifest["counts"]]
     if name != "livecodebench_v5":  # each row's own solution passed its converted tests in the sandbox
-        assert steps[-1] == "canonical solution passes its tests (eval.sandbox)" and manifest["verified_solutions"] == n
+        assert (
+            steps[-1] == "canonical solution passes its tests (sarl.checking.code.sandbox)"
+            and manifest["verified_solutions"] == n
+        )
     rows = rows_of(tmp_path, name)
     assert len(rows) == n and {r["ability"] for r in rows} == {"code"}
     for r in rows:

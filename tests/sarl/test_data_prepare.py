@@ -205,7 +205,7 @@ def test_the_manifest_pins_the_source_and_every_output(tmp_path):
     assert [s["step"] for s in manifest["counts"]] == [
         "loaded",
         "id, question and answer present",
-        "gold answers parse (eval.grading, math-verify)",
+        "gold answers parse (sarl.checking.grading, math-verify)",
     ]
     assert [s["rows"] for s in manifest["counts"]] == [6, 6, 6]
     train = manifest["outputs"]["train"]

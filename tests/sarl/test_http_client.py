@@ -17,7 +17,7 @@ import pytest
 from testkit import JSONHandler, LoopbackServer, Stopwatch, closing_all
 
 from eval.generate import GenerationRequest, OpenAIChatGenerator, SamplingConfig
-from eval.openai_client import ChatClient, ChatRequestError
+from sarl.checking.openai_client import ChatClient, ChatRequestError
 from sarl.serving.http import HTTPEmbedder
 
 DEADLINE_S = 1.0

@@ -171,7 +171,7 @@ def test_grp_table_2_sft_row_is_grp_sft_on_plain_cot_traces_and_nothing_after(tm
     default is GRP-SFT's six sample problems as CoT, the same prompts and answers without graph blocks."""
     import json
 
-    from eval.grading.extract import extract_answer
+    from sarl.checking.grading.extract import extract_answer
     from sarl.formats.graph import parse_graph
     from sarl.runtime.files import resolve_path
 

@@ -18,8 +18,8 @@ import pytest
 from testkit import fake_vllm_python
 
 from baselines.grp import graph_rewards
-from eval.grading.extract import extract_answer
-from eval.grading.grader import default_grader
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.grader import default_grader
 from sarl.data.synthesize.config import compose_synthesize_config
 from sarl.data.synthesize.inputs import Prompt, load_prompt
 from sarl.data.synthesize.run import synthesize

@@ -1,6 +1,6 @@
 """The GRP recipe (`grp_math`, `grp_code`; GRP Sec. 3.1.3, App. C-D; every number cited in
 conf/synthesize/recipe/): per problem, sample a trace from the teacher and verify its final answer against the
-gold with `eval.grading`, regenerating up to a bound (grp_code reads the data set's own test-verified R1 trace
+gold with `sarl.checking.grading`, regenerating up to a bound (grp_code reads the data set's own test-verified R1 trace
 instead); translate the verified trace into the graph format with App. C's prompt; check the graph with the
 project's parser (`sarl.formats.graph.parse_graph` and the format rules of Sec. 3.2.1) and, optionally, with the
 teacher as App. D's verifier (node-label consistency, parent-child coherence); on a failure re-translate with

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.grading.extract import extract_answer
-from eval.grading.gold import gold_answers
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.gold import gold_answers
 from sarl.data.sources import DataSourceError, load_local_file
 from sarl.data.synthesize.config import PROMPTS_DIR, SYNTH_DIR
 from sarl.runtime.errors import UserError

@@ -20,8 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.grading.grader import default_grader
-from eval.openai_client import run_concurrently
+from sarl.checking.grading.grader import default_grader
+from sarl.checking.openai_client import run_concurrently
 from sarl.data.sources import sha256_file
 from sarl.data.synthesize.config import PROMPT_ROLES, check_recipe
 from sarl.data.synthesize.context import Context

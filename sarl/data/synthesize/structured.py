@@ -1,6 +1,6 @@
 """The Structured Reasoning recipe (`structured`; Sec. 3/4.1 Eq. 1, App. E.1, A.8, A.14; every number cited in
 conf/synthesize/recipe/structured.yaml): answer each question several times with randomised tag orderings
-through the fill-in-the-middle prefix of App. A.14; keep the samples that are correct (`eval.grading`) and
+through the fill-in-the-middle prefix of App. A.14; keep the samples that are correct (`sarl.checking.grading`) and
 pass the tag checker (`sarl.formats.tags`); then keep the problems with the lowest correctness rate
 (at least one correct) and the richest tag usage."""
 
@@ -11,7 +11,7 @@ import random
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from eval.grading.extract import extract_answer
+from sarl.checking.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import SourceProblem
 from sarl.data.synthesize.teacher import Reply, full_trace
@@ -51,7 +51,7 @@ def _structured_text(reply: Reply, mode: str, prefix: str) -> str:
 
 def synthesize_structured(problem: SourceProblem, ctx: Context) -> dict[str, Any]:
     """Structured Reasoning App. E.1 for one question: `samples_per_problem` answers with randomised tag
-    orderings, each checked for correctness (`eval.grading`) and format (the tag checker); the selection
+    orderings, each checked for correctness (`sarl.checking.grading`) and format (the tag checker); the selection
     across problems happens in `select_structured`."""
     r, tally = ctx.recipe, Tally()
     tally.stages["problems"] += 1

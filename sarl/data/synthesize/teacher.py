@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from omegaconf import DictConfig
 
-from eval.openai_client import ChatClient, api_base, api_key_from_env
+from sarl.checking.openai_client import ChatClient, api_base, api_key_from_env
 from sarl.runtime.errors import UserError
 from sarl.serving.server import VLLM_CPU_ARGS, VLLM_CPU_ENV, VLLMServer
 
@@ -25,7 +25,7 @@ class Reply:
 
 
 class Teacher:
-    """Chat completions from an OpenAI-compatible server through `eval.openai_client.ChatClient` (the
+    """Chat completions from an OpenAI-compatible server through `sarl.checking.openai_client.ChatClient` (the
     project's HTTP client: a total deadline per attempt, retries)."""
 
     def __init__(self, url: str, model: str, t: Mapping[str, Any]) -> None:

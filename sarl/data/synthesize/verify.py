@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from eval.grading.extract import extract_answer
+from sarl.checking.grading.extract import extract_answer
 from sarl.data.synthesize.context import Context, Tally
 from sarl.data.synthesize.inputs import SourceProblem
 from sarl.data.synthesize.teacher import Reply, full_trace
@@ -21,7 +21,7 @@ def graph_issues(parse: Any, golds: Sequence[str], task: str, grader: Any) -> li
     `sarl.formats.graph.parse_graph`, GRP's format rules (Sec. 3.2.1: known nodes have no parents, an aggregate
     node > 1 parent, a refine node exactly 1, an aggregate or refine label wraps exactly one node, nodes in
     one label are parallel), parents that are no node, cycles, and the answer: present, and for math equal to
-    the gold (`eval.grading`). Empty when the graph passes."""
+    the gold (`sarl.checking.grading`). Empty when the graph passes."""
     import networkx as nx
 
     if parse.error is not None:

@@ -524,7 +524,7 @@ TOP_K = "+backend.overrides.actor_rollout_ref.rollout.top_k=20"
 
 def test_grpo_code_exec_runs_each_response_in_the_sandbox(tmp_path):
     """The code rows' plumbing: the smoke code prompts with their tests as gold (smoke_code), reward=code_exec in
-    verl's reward workers running each response's last code block in the sandbox (eval/sandbox.py). The tiny
+    verl's reward workers running each response's last code block in the sandbox (sarl/checking/code/). The tiny
     policy has never seen code: its responses get an outcome each (all `code/no_code_block` so far, so no program
     is executed here: the sandbox's own runs are tests/eval/test_sandbox.py's), scored 0 and counted, none a failed
     reward; with every score 0 nothing is learnt, which only a code model changes."""

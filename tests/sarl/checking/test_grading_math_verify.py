@@ -1,4 +1,4 @@
-"""eval.grading against plain math-verify, on math-verify's own test cases.
+"""sarl.checking.grading against plain math-verify, on math-verify's own test cases.
 
 The cases are math-verify's parametrized regression tests: huggingface/Math-Verify at commit
 5d148cfaaf99214c2e4ffb4bc497ab042c592a7a (tests/test_all.py, test_boxed.py, test_numina_cases.py,
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from eval.grading.extract import extract_answer
-from eval.grading.grader import Grader
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.grader import Grader
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eval" / "math_verify_cases.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "eval" / "math_verify_cases.json"
 CASES = {case["id"]: case for case in json.loads(FIXTURE.read_text(encoding="utf-8"))["cases"]}
 
 # The deliberate differences (docs/grading.md, "Differences from plain math-verify").
@@ -143,7 +143,7 @@ def test_grading_agrees_with_plain_math_verify(case_id, patient_grader):
     ours = project(case["gold"], case["pred"], patient_grader)
     difference = DIFFERENCES.get(case_id)
     if difference is None:
-        assert ours == reference, f"eval.grading says {ours}, plain math-verify {reference}"
+        assert ours == reference, f"sarl.checking.grading says {ours}, plain math-verify {reference}"
     else:
         assert ours != reference, f"listed as a difference ({difference}) but both say {ours}"
         explained = plain_the_project_way(case, difference, patient_grader)

@@ -1,7 +1,7 @@
-"""The wire between the judged program and its judge (`eval.sandbox`): framed messages of plain data.
+"""The wire between the judged program and its judge (`sarl.checking.code.sandbox`): framed messages of plain data.
 
-Standard library only: its text is put at the top of both `sandbox_runner.py` (the untrusted side, inside the
-sandbox) and `sandbox_judge.py` (the trusted side), which run as `python -I -S -c <text>`; the project imports it
+Standard library only: its text is put at the top of both `runner.py` (the untrusted side, inside the
+sandbox) and `judge.py` (the trusted side), which run as `python -I -S -c <text>`; the project imports it
 only to test it.
 
 A frame is a 4-byte big-endian length and that many bytes of ASCII JSON, written and read with the C accelerator

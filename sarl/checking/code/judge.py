@@ -1,6 +1,6 @@
-"""The trusted side of a code run (`eval.sandbox`): runs the tests and computes the verdict.
+"""The trusted side of a code run (`sarl.checking.code.sandbox`): runs the tests and computes the verdict.
 
-Run as `python -I -S -c <sandbox_wire.py + this file>` in a process of its own that no program ever runs in; never
+Run as `python -I -S -c <wire.py + this file>` in a process of its own that no program ever runs in; never
 imported by the project. It is long-lived, one per worker of the parent: descriptor 0 is a Unix socket to the
 parent, which sends each program's job as one message carrying the two pipe ends to that program's runner
 (SCM_RIGHTS) followed by one frame (the tests, the prelude, the CPU limit); the verdict goes back on the socket as
@@ -15,7 +15,7 @@ program's: the tests see this process's `is_palindrome`, `len` and `all`, whatev
 
 Then each top-level statement of the tests runs here (decisions §8: each `assert` is one test; other statements
 are setup, and a failed setup fails the asserts after it). Calling a handle, reading its attributes or
-iterating it asks the program (the request pipe) and gets plain data back (`sandbox_wire`: fresh ints, strings,
+iterating it asks the program (the request pipe) and gets plain data back (`wire`: fresh ints, strings,
 lists ...) or a new handle; the exception the program raised comes back as the builtin class of that name (or a
 class made here for the program's own). A handle cannot be compared, hashed or tested for truth (that raises),
 so every verdict is computed on plain data by code that the program cannot reach. Stdin problems get

@@ -1,8 +1,8 @@
-"""One program's run (`eval.sandbox`): its runner process, the pipes between it and a judge, the loop that feeds,
-reads and times them, and their end. The runner goes through bubblewrap (the argv `Sandbox` builds), fresh for every
-program; the judge (`Judge`) is a plain `python -I -S`, long-lived, one per worker thread of this process, and gets
-each program's pipe ends over a Unix socket; both drop to their uid through util-linux's `setpriv` when the caller is
-root. `ProgramRun.finish()` returns how the run ended; `eval.sandbox` turns that into an outcome.
+"""One program's run (`sarl.checking.code.sandbox`): its runner process, the pipes between it and a judge, the loop that
+feeds, reads and times them, and their end. The runner goes through bubblewrap (the argv `Sandbox` builds), fresh for
+every program; the judge (`Judge`) is a plain `python -I -S`, long-lived, one per worker thread of this process, and
+gets each program's pipe ends over a Unix socket; both drop to their uid through util-linux's `setpriv` when the caller
+is root. `ProgramRun.finish()` returns how the run ended; `sarl.checking.code.sandbox` turns that into an outcome.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from eval.sandbox_wire import WireError, wire_frame, wire_loads
+from sarl.checking.code.wire import WireError, wire_frame, wire_loads
 
 log = logging.getLogger(__name__)
 
 JUDGE_UID = 65534  # nobody: the judge's uid when the caller is root
 _HERE = Path(__file__).parent
-_WIRE = (_HERE / "sandbox_wire.py").read_text()
-RUNNER_SOURCE = _WIRE + "\n" + (_HERE / "sandbox_runner.py").read_text()
-JUDGE_SOURCE = _WIRE + "\n" + (_HERE / "sandbox_judge.py").read_text()
+_WIRE = (_HERE / "wire.py").read_text()
+RUNNER_SOURCE = _WIRE + "\n" + (_HERE / "runner.py").read_text()
+JUDGE_SOURCE = _WIRE + "\n" + (_HERE / "judge.py").read_text()
 SETPRIV = shutil.which("setpriv") or ("/usr/bin/setpriv" if os.path.exists("/usr/bin/setpriv") else None)
 
 
@@ -68,7 +68,7 @@ _JUDGES: weakref.WeakSet = weakref.WeakSet()
 
 
 class Judge:
-    """A long-lived judge process (sandbox_judge.py) of one worker thread: a private directory as its cwd and HOME
+    """A long-lived judge process (judge.py) of one worker thread: a private directory as its cwd and HOME
     (emptied after every job), a Unix socket to this process, its stderr in an unnamed file. Trusted: no program
     ever runs in it; a judge that died, timed out or gave no verdict is closed and the next job gets a new one."""
 

@@ -1,6 +1,6 @@
-"""The untrusted side of a code run (`eval.sandbox`): runs the program inside the sandbox and only computes.
+"""The untrusted side of a code run (`sarl.checking.code.sandbox`): runs the program in the sandbox, only computes.
 
-Run as `python -I -S -c <sandbox_wire.py + this file>` inside bubblewrap; never imported by the project. It
+Run as `python -I -S -c <wire.py + this file>` inside bubblewrap; never imported by the project. It
 never sees the tests: it reads the program (and the problem's prelude) as one frame on descriptor 0, sets its
 resource limits, runs the prelude and the program, and reports on the reply pipe the program's top-level names
 (plain values as values; functions, classes and other objects as handles; imported modules by name). Then it

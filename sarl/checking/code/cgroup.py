@@ -1,5 +1,5 @@
-"""One control group per running program (`eval.sandbox`): memory and processes bounded for all of a program's
-processes together, where the machine lets this process make cgroups.
+"""One control group per running program (`sarl.checking.code.sandbox`): memory and processes bounded for all of a
+program's processes together, where the machine lets this process make cgroups.
 
 RLIMIT_AS and RLIMIT_NPROC bound each process (and each uid); a program that forks eight children of `memory_mb`
 each holds eight times that. A cgroup bounds their sum: `memory_mb + disk_mb` of memory (the tmpfs pages the

@@ -1,4 +1,5 @@
-"""The grading cost bound (eval.grading.cost, the budget in eval.grading.worker; docs/grading.md "Bounded cost").
+"""The grading cost bound (sarl.checking.grading.cost, the budget in sarl.checking.grading.worker; docs/grading.md
+"Bounded cost").
 
 Short pathological answers (power towers, factorial towers, huge binomials, sums over 10^12 terms, calculus,
 deep `\\left(` nesting) are graded "not equivalent" within a bound, without a worker restart, and an answer
@@ -13,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from eval.grading import worker
-from eval.grading.cost import EXPENSIVE, HOPELESS, ORDINARY, estimate_cost
-from eval.grading.extract import extract_answer
-from eval.grading.gold import validate_gold
-from eval.grading.grader import Grader, Verdict, _normalise
 from sarl.bench.grading import SHORT_PATHOLOGICAL, answer_mix
+from sarl.checking.grading import worker
+from sarl.checking.grading.cost import EXPENSIVE, HOPELESS, ORDINARY, estimate_cost
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.gold import validate_gold
+from sarl.checking.grading.grader import Grader, Verdict, _normalise
 
 # Per answer. The bench measures the real figure (about 50 ms); this wall-clock bound is one a loaded 2-core CI
 # machine keeps: half the worker's 5 s timeout, still far below an unbudgeted check (the 70-deep `\left(` nesting
 # below runs past 30 s without the budget). A kill at the timeout is ruled out apart, by the verdict and the
 # worker-start count.
 UNIT_TEST_BOUND_S = 2.5
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eval" / "math_verify_cases.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "eval" / "math_verify_cases.json"
 OVER_BUDGET = Verdict(False, timed_out=True, budget_exceeded=True)
 
 

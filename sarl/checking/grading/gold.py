@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from eval.grading.grader import Grader, default_grader
+from sarl.checking.grading.grader import Grader, default_grader
 
 
 def gold_answers(gold: Any) -> list[str]:

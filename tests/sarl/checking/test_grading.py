@@ -1,4 +1,4 @@
-"""Answer extraction, math equivalence, equivalence classes, timeouts and gold validation (eval.grading)."""
+"""Answer extraction, math equivalence, equivalence classes, timeouts and gold validation (sarl.checking.grading)."""
 
 import random
 import re
@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.grading import extract as extract_module
-from eval.grading import grader as grading
-from eval.grading.cost import ORDINARY, Cost
-from eval.grading.extract import extract_answer
-from eval.grading.gold import validate_gold, validate_gold_rows
-from eval.grading.grader import Grader, equivalence_classes, is_equivalent
+from sarl.checking.grading import extract as extract_module
+from sarl.checking.grading import grader as grading
+from sarl.checking.grading.cost import ORDINARY, Cost
+from sarl.checking.grading.extract import extract_answer
+from sarl.checking.grading.gold import validate_gold, validate_gold_rows
+from sarl.checking.grading.grader import Grader, equivalence_classes, is_equivalent
 
 PATHOLOGICAL = "9^{9^{9}}"  # sympy tries to build a 370-million-digit integer: never finishes
 
@@ -23,7 +23,7 @@ PATHOLOGICAL = "9^{9^{9}}"  # sympy tries to build a 370-million-digit integer: 
 def no_cost_estimate(monkeypatch):
     """Every answer reaches the worker unbudgeted: the timeout, the last layer of the bound, is what is tested
     (the cost estimate and the budget: tests/eval/test_grading_bounded.py)."""
-    monkeypatch.setattr("eval.grading.grader.estimate_cost", lambda answer: Cost(ORDINARY))
+    monkeypatch.setattr("sarl.checking.grading.grader.estimate_cost", lambda answer: Cost(ORDINARY))
 
 
 @pytest.mark.parametrize(

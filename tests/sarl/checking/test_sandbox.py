@@ -1,10 +1,10 @@
-"""`eval.sandbox`, the code judge, tried as an adversarial policy would: every program below is wrong (its `add`
-does not add) and tries one way to score anyway, by class: tampering with its interpreter, forging or racing the
-verdict, reading the tests, always-true comparisons and subclasses of builtins, other interpreters, escaping the
-file system, the network or the process tree, touching another rollout's files, exhausting memory, processes,
-disk or output, surviving the run. Each scores 0 (or is bounded and counted) and leaves nothing outside its
-sandbox. Where the attack could work, the program returns the right answer only if it worked, so a pass would
-show the escape. CI runs this as root, which is the harder case (the sandbox then drops to uids of its own)."""
+"""`sarl.checking.code.sandbox`, the code judge, tried as an adversarial policy would: every program below is wrong (its
+`add` does not add) and tries one way to score anyway, by class: tampering with its interpreter, forging or racing the
+verdict, reading the tests, always-true comparisons and subclasses of builtins, other interpreters, escaping the file
+system, the network or the process tree, touching another rollout's files, exhausting memory, processes, disk or output,
+surviving the run. Each scores 0 (or is bounded and counted) and leaves nothing outside its sandbox. Where the attack
+could work, the program returns the right answer only if it worked, so a pass would show the escape. CI runs this as
+root, which is the harder case (the sandbox then drops to uids of its own)."""
 
 import os
 import socket
@@ -16,10 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from eval.sandbox import SLOTS_PER_PROCESS, CodeProblem, Sandbox, gold_tests_problem, last_code_block, problem_of
-from eval.sandbox_wire import WireError, wire_decode, wire_encode
+from sarl.checking.code.sandbox import (
+    SLOTS_PER_PROCESS,
+    CodeProblem,
+    Sandbox,
+    gold_tests_problem,
+    last_code_block,
+    problem_of,
+)
+from sarl.checking.code.wire import WireError, wire_decode, wire_encode
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TESTS = "SECRET = 'q7xk2'  # the tests' text: no program may see it\nassert add(1, 2) == 3\nassert add(2, 2) == 4\n"
 RIGHT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
@@ -530,7 +537,7 @@ def test_a_bwrap_under_a_directory_others_cannot_search_is_copied_where_they_can
     """A checkout under /root (0700) holds the wheel's bwrap where the sandbox's uids cannot run it."""
     import shutil
 
-    from eval.sandbox import find_bwrap
+    from sarl.checking.code.sandbox import find_bwrap
 
     package = Path(find_bwrap()).resolve().parent.parent
     hidden = Path(tempfile.mkdtemp(prefix="sarl-hidden-"))  # 0700

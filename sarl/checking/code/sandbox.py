@@ -1,18 +1,18 @@
 """The code judge: an untrusted program runs in a bubblewrap sandbox and only computes; a separate trusted process
 runs the tests and computes the verdict (decisions §8, docs/sandbox.md).
 
-One program -> two processes, joined by two pipes that carry framed plain data (`eval.sandbox_wire`):
+One program -> two processes, joined by two pipes that carry framed plain data (`sarl.checking.code.wire`):
 
-- **The runner** (`sandbox_runner.py`, untrusted): `bwrap ... python -I -S` in fresh user, pid, network, ipc,
+- **The runner** (`runner.py`, untrusted): `bwrap ... python -I -S` in fresh user, pid, network, ipc,
   uts and cgroup namespaces, no further user namespaces, all capabilities dropped, as an unprivileged uid of its
   own (`uid_base` + a slot per concurrent program when the caller is root; the caller's uid otherwise, since
   RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter's prefix)
   read-only; its only writable mounts are /dev/shm and /tmp (its cwd and HOME), private tmpfs that hold `disk_mb`
   together; no /proc, no /etc, no view of the project, the home directory or the host's /tmp. RLIMIT_CPU,
   RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and, where this process can make one, a
-  cgroup of its own bounding the memory and tasks of all its processes together (`eval.sandbox_cgroup`). It gets
+  cgroup of its own bounding the memory and tasks of all its processes together (`sarl.checking.code.cgroup`). It gets
   the program (and the problem's prelude) and never the tests.
-- **The judge** (`sandbox_judge.py`, trusted): `python -I -S` as an unprivileged uid (65534 for a root caller),
+- **The judge** (`judge.py`, trusted): `python -I -S` as an unprivileged uid (65534 for a root caller),
   in a private directory, with memory and CPU limits. It runs the tests; every value they compare comes from the
   runner as plain data, and every comparison runs in the judge (see that file). Its verdict reaches this process
   on a pipe of its own, which the runner has no way to reach.
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from eval.sandbox_cgroup import Cgroups
-from eval.sandbox_process import RUNNER_CODE, Finished, Judge, ProgramRun, runner_code
+from sarl.checking.code.cgroup import Cgroups
+from sarl.checking.code.process import RUNNER_CODE, Finished, Judge, ProgramRun, runner_code
 
 JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
 OUTCOMES = ("passed", "failed", "syntax_error", "timeout", "memory", "output_limit", "crashed", "sandbox_error")
@@ -238,7 +238,7 @@ class Sandbox:
     `judge_memory_mb`: the judge's RLIMIT_AS; `uid_base`: first uid of the range a root caller runs programs as;
     `python`: the interpreter both sides run (None: this one when the sandbox's uids can run it, else python3 on
     PATH); `bwrap`: the bubblewrap binary (None: `find_bwrap()`); `use_cgroups`: bound each program's processes
-    together in a cgroup where this process can make one (eval.sandbox_cgroup; `isolation` says which holds).
+    together in a cgroup where this process can make one (sarl.checking.code.cgroup; `isolation` says which holds).
     """
 
     def __init__(
@@ -282,7 +282,7 @@ class Sandbox:
         found = find_bwrap(bwrap)
         self.bwrap = shareable_bwrap(found) if found and self.as_root and os.path.isfile(found) else found
         self._mounts = self._filesystem()
-        self._judges = threading.local()  # one long-lived judge per worker thread (eval.sandbox_process.Judge)
+        self._judges = threading.local()  # one long-lived judge per worker thread (sarl.checking.code.process.Judge)
         self.use_cgroups = bool(use_cgroups)
         self._cgroups: Cgroups | None = None
         self._cgroups_pid: int | None = None
@@ -342,7 +342,7 @@ class Sandbox:
         return max(1, self.disk_mb // 4) << 20
 
     def cgroups(self) -> Cgroups | None:
-        """This process's cgroups for its programs (eval.sandbox_cgroup), found once per process; None: none here."""
+        """This process's cgroups for its programs (sarl.checking.code.cgroup), found once per process; None: none."""
         if self._cgroups_pid != os.getpid():
             self._cgroups, self.cgroup_note = Cgroups.find() if self.use_cgroups else (None, "use_cgroups=False")
             self._cgroups_pid = os.getpid()
@@ -429,7 +429,7 @@ class Sandbox:
                 "RLIMIT_CORE": 0,
             }
         else:
-            rlimits = {"RLIMIT_AS": self.judge_memory_mb << 20, "RLIMIT_CORE": 0}  # CPU: per job (sandbox_judge)
+            rlimits = {"RLIMIT_AS": self.judge_memory_mb << 20, "RLIMIT_CORE": 0}  # CPU: per job (judge.py)
         return json.dumps(
             {"rlimits": rlimits, "max_value_bytes": self.max_value_bytes, "max_output_bytes": self.max_output_bytes}
         )

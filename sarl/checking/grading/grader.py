@@ -3,10 +3,10 @@ shared default grader.
 
 math-verify's own timeout uses `signal.alarm`, which fails off the main thread and counts whole seconds.
 Every check therefore runs with math-verify's timeouts disabled inside a persistent worker process
-(`python -c`, pipes, one JSON line per request; `eval.grading.worker`). The cost is bounded in three layers
+(`python -c`, pipes, one JSON line per request; `sarl.checking.grading.worker`). The cost is bounded in three layers
 (docs/grading.md, "Bounded cost"):
 
-1. the pre-parse cost estimate (`eval.grading.cost`): an answer that denotes a number of over
+1. the pre-parse cost estimate (`sarl.checking.grading.cost`): an answer that denotes a number of over
    `HOPELESS_DIGITS` digits never reaches the worker; one with an expensive feature gets a budget;
 2. the budget: the worker stops such a check after `budget_s` seconds of its CPU time (an interval timer in
    its main thread), and stays up;
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from eval.grading.cost import EXPENSIVE, HOPELESS, Cost, estimate_cost
+from sarl.checking.grading.cost import EXPENSIVE, HOPELESS, Cost, estimate_cost
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's own default per comparison
-# CPU seconds for a check with an expensive feature (eval.grading.cost); ordinary checks are not budgeted
+# CPU seconds for a check with an expensive feature (sarl.checking.grading.cost); ordinary checks are not budgeted
 # (math-verify needs up to about 0.5 s on a few real answers: relations, \left( pairs, sums; docs/grading.md)
 DEFAULT_BUDGET_S = 0.02  # the answer's cost is this plus its longest step in C: under 50 ms measured
 # Answers beyond these never reach math-verify (rejected as "not equivalent", counted in stats()["rejected"]).

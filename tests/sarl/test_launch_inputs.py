@@ -1,0 +1,62 @@
+"""`python -m sarl.launch.inputs`: the models and prepared data sets a composed row reads, and how each is fetched.
+The download itself runs in tests/slurm/test_gpu_session.py against a stand-in Hub; here, what is listed, where a
+data set is prepared, and how the command fails."""
+
+from pathlib import Path
+
+import pytest
+
+from sarl.data.sources import DataSourceError
+from sarl.launch import inputs
+from sarl.launch.compose import compose_user_config
+from sarl.runtime.errors import UserError
+
+
+def test_the_row_s_inputs_are_listed_with_their_fetch_commands(tmp_path, capsys):
+    rc = inputs.main(["+exp=grpo_sarl_math", f"paths.data_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert rc == 1  # nothing is here yet
+    assert "✗ model Qwen/Qwen3-4B  -> hf download Qwen/Qwen3-4B" in out
+    resolved = tmp_path.resolve()
+    for name, split in (("aime_1983_2024", "train"), ("aime25", "test")):
+        line = f"✗ data  {name} ({resolved}/{name}/{split}.parquet)"
+        assert f"{line}  -> python -m sarl.data.prepare dataset={name} paths.data_dir={resolved}" in out
+
+
+def test_a_data_set_is_prepared_into_the_row_s_data_dir(tmp_path, monkeypatch):
+    """The data directory travels on the Need itself, not parsed back out of the command line it prints (a path
+    with spaces or `paths.data_dir=` in it would otherwise be cut)."""
+    data_dir = tmp_path / "my data" / "paths.data_dir=it's"
+    cfg, _ = compose_user_config(["+exp=grpo_sarl_math", f"paths.data_dir={str(data_dir)!r}"])
+    needs = [n for n in inputs.row_data(cfg) if n.name == "aime25"]
+    assert len(needs) == 1 and needs[0].data_dir == str(data_dir.resolve())
+    assert needs[0].fetch.endswith(f"paths.data_dir='{tmp_path.resolve()}/my data/paths.data_dir=it'\"'\"'s'")
+    prepared = []
+    monkeypatch.setattr(inputs, "prepare", lambda c: prepared.append((c.name, c.paths.data_dir)))
+    inputs.download(needs[0])
+    assert prepared == [("aime25", str(data_dir.resolve()))]
+
+    def unreachable(c):
+        raise DataSourceError("math-ai/aime25: the Hub cannot be reached")
+
+    monkeypatch.setattr(inputs, "prepare", unreachable)
+    with pytest.raises(UserError, match="math-ai/aime25: the Hub cannot be reached"):
+        inputs.download(needs[0])
+
+
+def test_a_mistake_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        inputs.main(["+exp=grpo_sarl_math", "trian.x=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2
+    assert err[-1] == "sarl.launch.inputs: trian.x: no such key; did you mean train?"
+    assert not any("Traceback" in line for line in err)
+
+
+def test_a_user_s_own_files_are_listed_without_a_fetch(tmp_path):
+    own = tmp_path / "mine.parquet"
+    cfg, _ = compose_user_config(["+exp=grpo_sarl_math", f"data.train_files={own}", f"paths.data_dir={tmp_path / 'd'}"])
+    mine = [n for n in inputs.row_data(cfg) if n.path == str(own)]
+    assert mine and mine[0].fetch is None and mine[0].data_dir is None and not mine[0].here()
+    Path(own).write_bytes(b"")
+    assert mine[0].here()
