@@ -70,6 +70,11 @@ class CodeExecReward(RewardFunction):
     def check_ready(self) -> str | None:
         return self.sandbox.check_ready()
 
+    @classmethod
+    def preflight_checks(cls, reward_cfg: Any) -> list[Check]:
+        """The reward's preflight items (`RewardFunction.preflight_checks`): its sandbox, tried on this machine."""
+        return sandbox_checks(reward_cfg)
+
     def score(self, batch: RolloutBatch) -> list[RewardOutput]:
         golds = batch.ground_truths if batch.ground_truths is not None else [None] * len(batch)
         out: list[RewardOutput | None] = [None] * len(batch)

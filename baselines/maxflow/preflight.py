@@ -1,6 +1,7 @@
 """What the MaxFlow reward adds to a run's GPU memory plan: its attention model, loaded on a GPU of the node
 outside Ray's accounting (`reward.device`), once per process that builds the reward. `sarl.preflight` hands the
-items to the back end's plan.
+items to the back end's plan through the reward's hook (`MaxFlowReward.gpu_memory_items` is `maxflow_gpu_items`,
+`RewardFunction.gpu_memory_items` in sarl/contract/reward.py).
 """
 
 from __future__ import annotations
@@ -10,19 +11,21 @@ from typing import Any
 from hydra.utils import get_class
 
 from baselines.maxflow.attention import eager_pass_bytes, planned_gpu
-from baselines.maxflow.reward import MaxFlowReward
 from sarl.runtime import memory
 from sarl.runtime.checks import Check
 from sarl.runtime.models import find_model_config
 
 
 def maxflow_nodes(reward_cfg: Any) -> list[dict]:
-    """The MaxFlow rewards in a resolved reward config (itself, or a component of a combined reward)."""
+    """The MaxFlow rewards in a resolved reward config (itself, or a component of a combined reward): the nodes
+    whose class's memory items are the attention model's (`gpu_memory_items`, as MaxFlowReward and any subclass;
+    this module cannot import the reward, which imports it)."""
     found = []
     if isinstance(reward_cfg, dict):
         target = reward_cfg.get("_target_")
         try:
-            if target and issubclass(get_class(str(target)), MaxFlowReward):
+            hook = getattr(get_class(str(target)), "gpu_memory_items", None) if target else None
+            if getattr(hook, "__func__", None) is attention_gpu_items:
                 found.append(reward_cfg)
         except (ImportError, ValueError, TypeError):  # not a class (a function target), or not importable
             pass
@@ -75,3 +78,16 @@ def maxflow_gpu_items(
             continue
         by_gpu.setdefault(gpu, []).extend(attention_model_items(node, model_config, copies, where, seq))
     return by_gpu, problems
+
+
+def attention_gpu_items(
+    cls: type,
+    reward_cfg: Any,
+    copies: int,
+    where: str,
+    seq: int,
+    allow_download: bool = False,
+    skip_missing: bool = False,
+) -> tuple[dict[int, list[memory.Item]], list[Check]]:
+    """MaxFlowReward's `gpu_memory_items` (the reward hook `RewardFunction.gpu_memory_items`): `maxflow_gpu_items`."""
+    return maxflow_gpu_items(reward_cfg, copies, where, seq, allow_download, skip_missing)

@@ -172,6 +172,32 @@ class RewardFunction(abc.ABC):
         """None: a reward without an external dependency can always run (see `Reward`)."""
         return None
 
+    # The reward's own preflight items, read off the class before anything is built (`reward_hooks`): a back end
+    # adds them to its checks (`python -m sarl.preflight`, and the cheap ones sarl.train runs before a launch).
+    # `reward_cfg` is the run's whole resolved reward config, a combined reward's components included.
+
+    @classmethod
+    def preflight_checks(cls, reward_cfg: Any) -> list:
+        """The checks this reward needs on the machine that runs it (`sarl.runtime.checks.Check` rows, e.g. the
+        code sandbox of `baselines.code_exec`); default: none."""
+        return []
+
+    @classmethod
+    def gpu_memory_items(
+        cls,
+        reward_cfg: Any,
+        copies: int,
+        where: str,
+        seq: int,
+        allow_download: bool = False,
+        skip_missing: bool = False,
+    ) -> tuple[dict[int, list], list]:
+        """What this reward loads on a GPU of the node beside the trainer, in `copies` processes (`where` they run)
+        over sequences of `seq` tokens: `sarl.runtime.memory.Item`s by GPU index, and the checks that failed (a
+        model's config.json not found, unless `skip_missing`); default: nothing (e.g. `baselines.maxflow`'s
+        attention model is something)."""
+        return {}, []
+
 
 def contract_problems(reward: object) -> list[str]:
     """The members of the `Reward` contract that `reward` (an object, or a class: then without the per-instance
@@ -208,6 +234,37 @@ def reward_class(target: str) -> type:
     from hydra.utils import get_class
 
     return check_reward(get_class(target))
+
+
+def reward_hooks(reward_cfg: Any, hook: str) -> list[Any]:
+    """The classmethod `hook` (`preflight_checks`, `gpu_memory_items`) of every reward class a resolved
+    `conf/reward/*` config names by `_target_` (the reward and its components), each implementation once, in the
+    config's order; a `_target_` that is not an importable class with that hook (a function, an embedder) is left
+    out (sarl.train refuses a reward that cannot be imported before it asks)."""
+    from hydra.utils import get_class
+
+    found: list[Any] = []
+    seen: set[Any] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            try:
+                method = getattr(get_class(str(target)), hook, None) if target else None
+            except (ImportError, ValueError, TypeError, AttributeError):  # not a class, or not importable
+                method = None
+            impl = getattr(method, "__func__", method)
+            if method is not None and impl not in seen:
+                seen.add(impl)
+                found.append(method)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(reward_cfg)
+    return found
 
 
 def reward_problem(reward: Reward) -> str | None:

@@ -34,9 +34,9 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from sarl.launch.compose import check_model_paths, compose_user_config, config_function
-from sarl.runtime.checkpoints import FINAL_SUBDIR, export_final, last_checkpoint
+from sarl.runtime.checkpoints import FINAL_SUBDIR
 from sarl.runtime.errors import UserError
-from sarl.runtime.weights import verl_actor_problem, weight_files, weights_problem
+from sarl.runtime.weights import weight_files
 
 log = logging.getLogger("sarl.launch.pipeline")
 
@@ -89,18 +89,6 @@ def final_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     yet)."""
     final = run_dir / FINAL_SUBDIR
     return final if weight_files(final) else None
-
-
-def saved_weights_problem(cfg: DictConfig, run_dir: Path) -> str | None:
-    """Why a finished verl run has no usable final model (None if it has one): its `final/` is made from its last
-    checkpoint (verl RL's FSDP shards merged and checked against them; verl SFT's Hugging Face copy linked) and must
-    load. (TRL checks its `final/` itself, against the trained tensors: sarl.backends.trl.run.)"""
-    last = last_checkpoint(run_dir)
-    if last is not None and last.kind == "verl":
-        problem = verl_actor_problem(last.path)  # every rank's shard is there before the merge reads them
-        if problem:
-            return problem
-    return export_final(run_dir) or weights_problem(run_dir / FINAL_SUBDIR)
 
 
 def planned_checkpoint(cfg: DictConfig, run_dir: Path) -> Path:

@@ -1,5 +1,6 @@
 """The TRL back end's preflight checks: what TRL refuses, the GPUs its processes need, the model, the DPO memory
-plan (sarl/backends/trl/memory.py), W&B. `sarl.preflight` prints them; `sarl.train` runs the cheap ones."""
+plan (sarl/backends/trl/memory.py), W&B. The TRL back end (sarl/backends/trl/backend.py) hands them to
+`sarl.preflight`'s table, and the cheap ones to `sarl.train` before a launch."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from sarl.runtime.node_checks import check_gpus, check_wandb, gpu_gib
 from sarl.serving.checks import check_model_files
 
 
-def run_trl_cheap_checks(cfg: DictConfig) -> None:
+def trl_cheap_checks(cfg: DictConfig) -> list[Check]:
     """What sarl.train checks before a TRL run: the GPUs its processes need and the DPO memory plan against
     `backend.gpu_memory_gib` (measuring the GPU would leave a CUDA context in sarl.train's process, on the GPU
-    of rank 0). Raise PreflightError naming every failure and its fix."""
+    of rank 0)."""
     gib, source = gpu_gib(cfg, measure=False)
-    raise_failed([*check_devices(cfg), *trl_memory.check_trl_memory_plan(cfg, gib, source, skip_missing=True)])
+    return [*check_devices(cfg), *trl_memory.check_trl_memory_plan(cfg, gib, source, skip_missing=True)]
+
+
+def run_trl_cheap_checks(cfg: DictConfig) -> None:
+    """`trl_cheap_checks`, raising PreflightError naming every failure and its fix."""
+    raise_failed(trl_cheap_checks(cfg))
 
 
 def trl_preflight(cfg: DictConfig) -> list[Check]:

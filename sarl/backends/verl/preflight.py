@@ -1,5 +1,7 @@
-"""The verl back end's preflight checks: the stack verl was released with, the memory plan of the fullest GPU, the
-run directory's disk. `sarl.preflight` runs them with the node's and the rewards' own checks.
+"""The verl back end's preflight checks: the stack verl was released with, the memory plan of the fullest GPU (with
+what the rewards load beside it, through their `gpu_memory_items` hook), the run directory's disk, and the cheap
+ones sarl.train runs before a launch (`verl_cheap_checks`, the rewards' own `preflight_checks` included). The verl
+back end (sarl/backends/verl/backend.py) puts them with the node's checks into `python -m sarl.preflight`'s table.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from omegaconf import DictConfig
 
 from sarl.backends.verl import memory as verl_memory
 from sarl.backends.verl.steps import step_plan
+from sarl.contract.reward import reward_hooks
+from sarl.data.checks import check_data
 from sarl.runtime import memory, stack
 from sarl.runtime.checks import Check
 from sarl.runtime.models import find_model_config
@@ -266,3 +270,45 @@ def _checkpoints_kept(cfg: DictConfig, verl_cfg: DictConfig) -> int:
     saves = max(1, steps // max(1, int(t.save_freq)))
     keep = t.get("max_actor_ckpt_to_keep")
     return min(saves, int(keep)) if keep else saves
+
+
+def reward_gpu_items(
+    reward_cfg: dict, copies: int, where: str, seq: int, allow_download: bool = False, skip_missing: bool = False
+) -> tuple[dict[int, list[memory.Item]], list[Check]]:
+    """What the rewards of `reward_cfg` load on the node's GPUs (each reward class's `gpu_memory_items`, e.g. the
+    MaxFlow attention model), by GPU, and the checks of the models that could not be had."""
+    by_gpu: dict[int, list[memory.Item]] = {}
+    problems: list[Check] = []
+    for hook in reward_hooks(reward_cfg, "gpu_memory_items"):
+        items, failed = hook(reward_cfg, copies, where, seq, allow_download, skip_missing)
+        for gpu, listed in items.items():
+            by_gpu.setdefault(gpu, []).extend(listed)
+        problems += failed
+    return by_gpu, problems
+
+
+def reward_checks(reward_cfg: dict) -> list[Check]:
+    """The rewards' own checks of this machine (each reward class's `preflight_checks`, e.g. the code sandbox)."""
+    return [check for hook in reward_hooks(reward_cfg, "preflight_checks") for check in hook(reward_cfg)]
+
+
+def check_memory_plan(
+    cfg: DictConfig, verl_cfg: DictConfig, reward_cfg: dict, allow_download: bool = False, skip_missing: bool = False
+) -> list[Check]:
+    """verl's memory plan of the fullest GPU with what the rewards load beside it (the MaxFlow attention model,
+    once per process that builds the reward)."""
+    if cfg.backend.get("cpu", False):
+        return []  # backend=verl_cpu: no GPU to plan
+    copies, where, seq = reward_processes(verl_cfg)
+    beside = reward_gpu_items(reward_cfg, copies, where, seq, allow_download, skip_missing)
+    return check_verl_memory_plan(cfg, verl_cfg, reward_cfg, beside, allow_download, skip_missing)
+
+
+def verl_cheap_checks(cfg: DictConfig, verl_cfg: DictConfig, run_dir: Path, reward_cfg: dict) -> list[Check]:
+    """What sarl.train checks before a verl launch: no network, no GPU, seconds."""
+    return [
+        check_data(cfg),
+        check_run_dir(cfg, verl_cfg, run_dir),
+        *check_memory_plan(cfg, verl_cfg, reward_cfg, skip_missing=True),  # where the configs are at hand
+        *reward_checks(reward_cfg),
+    ]

@@ -195,7 +195,7 @@ def test_every_rows_plan_fits_90_percent_of_an_h100_at_its_committed_settings(ex
     """Each verl row (a pipeline: its RL stage) on its own model's config, every term counted; a row that commits
     a smaller share commits the largest that fits (0.01 more does not)."""
     cfg, reward_cfg, v = rl_stage(exp, tmp_path, model_dirs)
-    (check, *_) = preflight.check_memory_plan(cfg, v, reward_cfg)
+    (check, *_) = verl_preflight.check_memory_plan(cfg, v, reward_cfg)
     assert check.name == "memory plan" and check.detail.startswith("GPU 0: ")
     _, _, plan = plan_of(cfg, reward_cfg, v)
     assert plan.peak.name == "generation"
@@ -206,7 +206,7 @@ def test_every_rows_plan_fits_90_percent_of_an_h100_at_its_committed_settings(ex
         assert share == SMALLER_SHARE[exp]
         more = f"backend.rollout_gpu_memory_utilization={share + 0.01:.2f}"
         cfg2, reward_cfg2, v2 = rl_stage(exp, tmp_path, model_dirs, more)
-        (bigger, *_) = preflight.check_memory_plan(cfg2, v2, reward_cfg2)
+        (bigger, *_) = verl_preflight.check_memory_plan(cfg2, v2, reward_cfg2)
         named = f"backend.rollout_gpu_memory_utilization={share} (now {share + 0.01:.2f})"
         assert not bigger.ok and named in bigger.fix
     else:
@@ -367,7 +367,7 @@ def test_every_reward_worker_loads_its_own_copy(tmp_path):
     assert shared[0].name == "MaxFlow attention model x8" and shared[0].gib == pytest.approx(8 * N_4B * 2 / GIB)
     assert not plan.ok
     assert verl_preflight.memory_plan_fix(plan, v, shared).startswith("set backend.reward_num_workers=1")
-    (check, *_) = preflight.check_memory_plan(cfg, v, reward_cfg)
+    (check, *_) = verl_preflight.check_memory_plan(cfg, v, reward_cfg)
     assert not check.ok and "backend.reward_num_workers=1" in check.fix
 
 
@@ -402,17 +402,17 @@ def test_the_paper_rows_of_maxflow_fit_and_the_7b_one_does_not(tmp_path, model_d
     assert shared[0].gib == pytest.approx(base * 2 / GIB) and plan.ok
     assert plan.peak.gib == pytest.approx(68.8, abs=0.05)
     cfg, reward_cfg, v = rl_stage("maxflow_paper", tmp_path, model_dirs, "model=r1_distill_qwen_7b")
-    (check, *_) = preflight.check_memory_plan(cfg, v, reward_cfg)
+    (check, *_) = verl_preflight.check_memory_plan(cfg, v, reward_cfg)
     assert not check.ok and "backend.rollout_gpu_memory_utilization=" in check.fix
 
 
 def test_a_missing_attention_model_config_fails_the_check_or_is_skipped(tmp_path):
     cfg, reward_cfg, v = row("grpo_maxflow_math", tmp_path)
     reward_cfg["model"] = str(tmp_path / "nowhere")
-    checks = preflight.check_memory_plan(cfg, v, reward_cfg)
+    checks = verl_preflight.check_memory_plan(cfg, v, reward_cfg)
     assert [c.ok for c in checks if c.name == "memory plan"] == [False, True]
     assert "MaxFlow reward's model" in checks[0].detail
-    assert all(c.ok for c in preflight.check_memory_plan(cfg, v, reward_cfg, skip_missing=True))
+    assert all(c.ok for c in verl_preflight.check_memory_plan(cfg, v, reward_cfg, skip_missing=True))
 
 
 def test_model_configs_are_found_locally_or_in_the_cache_only_without_download(tmp_path, monkeypatch):

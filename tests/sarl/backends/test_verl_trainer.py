@@ -19,6 +19,7 @@ from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
+from sarl.backends.verl.backend import launch_command  # noqa: E402
 from sarl.backends.verl.config import TRAINER_NAME, validate_verl_config  # noqa: E402
 from sarl.backends.verl.trainer import (  # noqa: E402
     SarlTaskRunner,
@@ -34,7 +35,6 @@ from sarl.backends.verl.trainer import (  # noqa: E402
 )
 from sarl.contract.reward import RewardsFailedError  # noqa: E402
 from sarl.contract.selection import select_for_training  # noqa: E402
-from sarl.train import launch_command
 
 # -- plain functions ----------------------------------------------------------------------------
 
