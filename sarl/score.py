@@ -14,7 +14,8 @@ Each input line is a JSON object; ids are unique. The fields a reward reads (nul
     ground_truth  gold answer or list of accepted      ground_truth, structured_accuracy, lcs, lcs_maxflow, maxflow,
                   ones; code: {"tests": SOURCE, ...}   grp; code_exec, grp_code (the tests); ttrl (diagnostics only)
     data_source   string                               no shipped reward (passed on, for a contributor's reward)
-    extra_info    object                               no shipped reward (passed on, for a contributor's reward)
+    extra_info    object                               no shipped reward (passed on, for a contributor's reward); its
+                                                       "user_prompt" is the prompt, over "prompt", as in training
 
 Groups: a group reward (its class sets `group_reward`) compares the responses of one prompt. Rows with the same
 "group" form one group; a row without one is grouped with the rows of the same "prompt" text; a group reward
@@ -189,13 +190,13 @@ def reward_calls(groups: list[str], batch_size: int) -> list[list[int]]:
 
 def rows_batch(rows: list[dict], groups: list[str]) -> RolloutBatch:
     """The rows as the batch a back end hands a reward (module docstring: the fields and what reads them)."""
-    return RolloutBatch(
-        prompts=[str(r.get("prompt") or "") for r in rows],
+    return RolloutBatch.from_columns(
         responses=[r["response"] for r in rows],
+        prompts=[r.get("prompt") for r in rows],
         group_ids=groups,
         ground_truths=[r.get("ground_truth") for r in rows],
-        data_sources=[str(r.get("data_source") or "") for r in rows],
-        extra_info=[dict(r.get("extra_info") or {}) for r in rows],
+        data_sources=[r.get("data_source") for r in rows],
+        extra_info=[r.get("extra_info") for r in rows],
     )
 
 

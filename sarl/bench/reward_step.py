@@ -61,8 +61,8 @@ def paper_batch(rollouts: int, steps_mean: int, seed: int) -> RolloutBatch:
         start = int(rng.integers(0, len(stream)))
         steps = [f"{stream[(start + j) % len(stream)]} ({i}.{j})" for j in range(m)]
         responses.append("<think>\n" + "\n\n".join(steps) + "\n</think>\n\nThe answer is $\\boxed{42}$.")
-    return RolloutBatch(
-        prompts=["p"] * rollouts, responses=responses, group_ids=[str(i // 16) for i in range(rollouts)]
+    return RolloutBatch.from_columns(
+        responses=responses, prompts=["p"] * rollouts, group_ids=[i // 16 for i in range(rollouts)]
     )
 
 

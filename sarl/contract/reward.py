@@ -4,12 +4,14 @@
 attributes); `RewardFunction` is the base class every reward of `sarl/` and `baselines/` derives from: it
 declares the defaults, checks the output length and counts failures once, in `__call__`, so a reward
 only writes `score(batch)`. `sarl/`, `baselines/` and `eval/` all import these types; no reward imports a
-training backend.
+training backend. `RolloutBatch.from_columns` is the one place a back end (verl's trainer and reward workers, TRL,
+`sarl.score`, the bench) builds the batch it hands a reward, so every route gives a reward the same fields.
 """
 
 from __future__ import annotations
 
 import abc
+import json
 import logging
 import math
 from collections import Counter
@@ -62,6 +64,63 @@ class RolloutBatch:
         """A batch of independent responses (one group each)."""
         responses = list(responses)
         return cls(prompts=list(prompts) if prompts is not None else [""] * len(responses), responses=responses)
+
+    @classmethod
+    def from_columns(
+        cls,
+        responses: Sequence[str],
+        prompts: Sequence[Any] | None = None,
+        group_ids: Sequence[Any] | None = None,
+        ground_truths: Sequence[Any] | None = None,
+        reward_models: Sequence[Any] | None = None,
+        data_sources: Sequence[Any] | None = None,
+        extra_info: Sequence[Any] | None = None,
+        response_token_ids: Sequence[Sequence[int]] | None = None,
+    ) -> RolloutBatch:
+        """The batch a back end hands a reward, from its per-row columns: the one place every back end (verl's
+        trainer and reward workers, TRL, `sarl.score`, the bench) builds one.
+
+        - prompt: the row's `extra_info[USER_PROMPT_KEY]` (the user message data preparation stores) where it has
+          one, else `prompts` (a back end's own, e.g. a decoded chat-templated prompt), else "";
+        - gold answer: `ground_truths` (the plain value), or `reward_models` (verl's dataset column, a dict whose
+          "ground_truth" it is; any other value gives None), not both;
+        - `extra_info`: each row a dict (copied), a JSON object string (TRL's column) or None ({});
+        - group ids and data sources as strings (a missing data source is ""); no group ids: one group per row.
+        """
+        n = len(responses)
+        if ground_truths is not None and reward_models is not None:
+            raise ValueError("RolloutBatch.from_columns takes ground_truths or reward_models, not both")
+        infos = [_info_dict(e) for e in extra_info] if extra_info is not None else None
+        given = list(prompts) if prompts is not None else [None] * n
+        if infos is not None and len(infos) == n == len(given):
+            given = [p if i.get(USER_PROMPT_KEY) is None else i[USER_PROMPT_KEY] for p, i in zip(given, infos)]
+        if reward_models is not None:
+            ground_truths = [rm.get("ground_truth") if isinstance(rm, dict) else None for rm in reward_models]
+        return cls(
+            prompts=["" if p is None else str(p) for p in given],
+            responses=list(responses),
+            group_ids=[str(g) for g in group_ids] if group_ids is not None else None,
+            ground_truths=list(ground_truths) if ground_truths is not None else None,
+            data_sources=["" if s is None else str(s) for s in data_sources] if data_sources is not None else None,
+            extra_info=infos,
+            response_token_ids=[list(map(int, t)) for t in response_token_ids]
+            if response_token_ids is not None
+            else None,
+        )
+
+
+def _info_dict(value: Any) -> dict[str, Any]:
+    """One row's extra_info as a fresh dict (`RolloutBatch.from_columns`)."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        parsed = json.loads(value) if value else {}
+        if not isinstance(parsed, dict):
+            raise TypeError(f"extra_info must be a JSON object, got {type(parsed).__name__}")
+        return parsed
+    if isinstance(value, dict):
+        return dict(value)
+    raise TypeError(f"extra_info must be a dict or a JSON string, got {type(value).__name__}")
 
 
 @dataclass

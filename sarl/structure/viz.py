@@ -74,7 +74,7 @@ def view_response(
     """The reasoning-map viewer for one response: score it with `reward` (a StructureReward), draw its map to
     `path` (PNG) and return (path, analysis). The title defaults to its SR, C, L and step count. A response whose
     reward could not be computed raises ValueError with the reason; one without steps draws an empty map."""
-    analysis = reward.analyze(RolloutBatch(prompts=[prompt], responses=[response]))[0]
+    analysis = reward.analyze(RolloutBatch.from_columns(responses=[response], prompts=[prompt]))[0]
     if analysis.output.failed:
         raise ValueError(f"the structure reward of this response could not be computed: {analysis.output.failed}")
     d = analysis.output.diagnostics

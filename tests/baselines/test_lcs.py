@@ -299,16 +299,32 @@ def test_lcs_config_instantiates():
 # ------------------------------------------------------------------------------------------- backends
 
 
-@pytest.mark.slow  # imports verl (~5 s)
-def test_through_the_verl_group_path(grader, byte_tokenizer, verl_batch):
-    pytest.importorskip("verl")
-    from sarl.backends.verl.reward import reward_dataproto
+@pytest.mark.slow  # imports verl (~7 s)
+def test_through_the_verl_group_path(grader, byte_tokenizer):
+    """What SarlTrainer._compute_reward_colocate runs on a sampled batch (`score_sessions`): TransferQueue rows in
+    completion order, token ids decoded, the gold from verl's reward_model column, one reward call per batch."""
+    pytest.importorskip("transfer_queue")
+    from sarl.backends.verl.trainer import score_sessions
+    from sarl.contract.metrics import row_metrics
 
-    order = [2, 0, 1]  # verl may interleave a prompt's rollouts
-    data = verl_batch(byte_tokenizer, ["question a"] * 3, [GROUP[i] for i in order], ["u"] * 3, ["2"] * 3)
-    out, metrics = reward_dataproto(data, LCSReward(grader=grader), byte_tokenizer)
+    order = [2, 0, 1]  # the order the sessions finished in
+    ids = [byte_tokenizer(t, add_special_tokens=False)["input_ids"] for t in ["question a", *GROUP]]
+    columns = {
+        "prompts": [ids[0]] * 3,
+        "responses": [ids[1 + i] for i in order],
+        "reward_model": [{"ground_truth": "2", "style": "rule"}] * 3,
+        "data_source": ["math"] * 3,
+        "extra_info": [{"index": 0}] * 3,
+    }
+    _, infos, per_row = score_sessions(
+        LCSReward(grader=grader),
+        [f"u_{i}_0" for i in order],
+        columns,
+        lambda t: byte_tokenizer.decode(t, skip_special_tokens=True),
+    )
     expected = expected_scores(GROUP, [True, True, False])
-    assert out.batch["rm_scores"].sum(1).tolist() == pytest.approx([expected[i] for i in order])
+    assert [i["score"] for i in per_row] == pytest.approx([expected[i] for i in order])
+    metrics = row_metrics(infos)
     assert metrics["reward/failed"] == 0 and "reward/r_lcs/mean" in metrics
 
 

@@ -398,12 +398,13 @@ def with_tokenizer(reward_cfg, path: str):
 @pytest.mark.parametrize("row", [r for r in ROWS if r.embedding == "local"], ids=lambda r: r.name)
 def test_the_runs_reward_logs_the_metrics_the_test_expects(row, tiny_policy_layout, smoke_parquet, tmp_path):
     """The row's reward, built from its composed config (of its RL stage), on one group of shipped reasoning
-    traces: its `reward/*/mean` metrics (sarl.backends.verl.reward.row_metrics, what SarlTrainer logs) include
+    traces: its `reward/*/mean` metrics (sarl.contract.metrics.row_metrics, what SarlTrainer logs) include
     the ones the GPU test asserts. (The server row's reward is grpo_sarl's with the HTTP client of the server
     that only its GPU run starts.)"""
     from omegaconf import OmegaConf
 
-    from sarl.backends.verl.reward import reward_from_config, row_metrics, score_rollouts
+    from sarl.backends.verl.reward import reward_from_config
+    from sarl.contract.metrics import row_metrics, score_rollouts
     from sarl.contract.reward import RolloutBatch
     from sarl.smoke import DATA_DIR
 

@@ -106,14 +106,14 @@ class TRLReward:
             ground_truth = [json.loads(g) for g in ground_truth_json]
         if extra_info_json is not None:
             extra_info = extra_info_json
-        batch = RolloutBatch(
-            prompts=[self._prompt_text(p) for p in prompts],
+        batch = RolloutBatch.from_columns(
             responses=[message_text(c) for c in completions],
+            prompts=[self._prompt_text(p) for p in prompts],
             group_ids=self.group_ids(prompts, step),
-            ground_truths=list(ground_truth) if ground_truth is not None else None,
-            data_sources=[str(s) for s in data_source] if data_source is not None else None,
-            extra_info=[_as_dict(e) for e in extra_info] if extra_info is not None else None,
-            response_token_ids=[list(map(int, ids)) for ids in completion_ids] if completion_ids is not None else None,
+            ground_truths=ground_truth,
+            data_sources=data_source,
+            extra_info=extra_info,
+            response_token_ids=completion_ids,
         )
         outputs = self.reward(batch)
         if len(outputs) != len(batch):
@@ -144,13 +144,3 @@ class TRLReward:
                 f"train.max_failed_steps={self.max_failed_steps}), e.g. {reasons[0]!r}: fix the reward's "
                 "dependency (embedding server, reward model) and rerun, which resumes from the last checkpoint"
             )
-
-
-def _as_dict(value: Any) -> dict:
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        return json.loads(value) if value else {}
-    if isinstance(value, dict):
-        return value
-    raise TypeError(f"extra_info must be a dict or a JSON string, got {type(value).__name__}")

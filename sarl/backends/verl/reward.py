@@ -1,17 +1,30 @@
-"""The reward bridge between verl and the backend-free reward objects.
+"""The reward bridge between verl and the backend-free reward objects, and which route runs for which reward.
 
-Two paths, both calling the same reward objects:
+The route is chosen by the reward's class (`is_group_reward`: its `group_reward`, read without building it);
+`sarl.backends.verl.config` and `sarl.backends.verl.trainer.SarlTrainer` ask it. Both routes build the reward's
+batch with `RolloutBatch.from_columns` (sarl.contract.reward), so a reward sees the same prompt (the data row's
+`extra_info["user_prompt"]`), gold answer and extra_info on either.
 
-- `compute_score`: verl's per-sample reward-function interface
-  (`reward.custom_reward_function`, verl 0.9: `compute_score(data_source, solution_str,
-  ground_truth, extra_info, **reward_kwargs)`). verl hands it no prompt: the prompt is the
-  `user_prompt` that data preparation writes into every row's extra_info
-  (`sarl.contract.reward.USER_PROMPT_KEY`). It is async: the calls that verl's reward
-  workers make concurrently are gathered into micro-batches, so the structure reward
-  embeds and clusters many responses at once instead of one HTTP round trip each.
-- `reward_dataproto`: the whole generated batch (a verl `DataProto`) at once, keyed by
-  the prompt uid, for group rewards (TTRL, EMPO, EVOL-RL) that must see a prompt's
-  rollouts together whatever order verl put them in.
+- Per-response rewards (`group_reward = False`: the structure reward, ground truth, GRP, MaxFlow, code
+  execution) run here, in `compute_score`, verl's per-sample reward function (`reward.custom_reward_function`,
+  verl 0.9: `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`), inside verl's
+  `reward.num_workers` reward-loop workers (Ray actors; `backend.reward_num_workers`, 8 on a GPU node). verl's
+  agent loop sends each rollout to a random worker the moment its generation ends (`agent_loop.py`
+  `_compute_score`, via `reward_loop_worker_handles`), so rewards are computed by several processes while the
+  rest of the batch is still being generated, and the trainer finds them written. verl hands the function no
+  prompt: the prompt is the `user_prompt` that data preparation writes into every row's extra_info
+  (`sarl.contract.reward.USER_PROMPT_KEY`). The calls that reach one worker's event loop together are gathered
+  by `MicroBatcher` into one reward call, so the structure reward embeds them in one request instead of one
+  round trip each.
+- Group rewards (`group_reward = True`: TTRL, EMPO, EVOL-RL, LCS) do not run here: a prompt's rollouts must be
+  scored together, which a per-sample call cannot give. `SarlTrainer` hides the reward workers from verl and
+  scores each sampled batch in the trainer process, grouped by prompt uid (`sarl.backends.verl.trainer`,
+  `score_sessions`); it builds its reward with `reward_from_config` from here.
+
+The per-response route is kept, not replaced by the trainer's batch path, because that path runs after the
+whole batch is generated and in one process: it would add the reward's whole time to every step, where the
+workers overlap it with generation and share it among `reward.num_workers` processes (docs/design.md,
+"Which route scores a reward").
 """
 
 from __future__ import annotations
@@ -24,9 +37,7 @@ import logging
 import threading
 from typing import Any
 
-import numpy as np
-
-from sarl.contract.metrics import batch_diagnostic_keys, output_row, row_metrics, score_rollouts, scored_or_failed
+from sarl.contract.metrics import batch_diagnostic_keys, output_row, scored_or_failed
 from sarl.contract.reward import (
     USER_PROMPT_KEY,
     Reward,
@@ -105,7 +116,8 @@ def reward_from_config(reward_cfg: dict) -> Reward:
 
 
 class MicroBatcher:
-    """Gathers concurrent single-response calls on one event loop into batched reward calls."""
+    """Gathers the single-response calls that reach one event loop together (`max_wait_s`, at most `max_batch`)
+    into one reward call on a `RolloutBatch.from_columns` batch, run in a thread off the event loop."""
 
     def __init__(self, reward: Reward, max_batch: int = 512, max_wait_s: float = 0.05) -> None:
         self.reward = reward
@@ -135,8 +147,7 @@ class MicroBatcher:
             task.add_done_callback(lambda t: self._resolve(t, [f for _, f in rows]))
 
     def _score(self, rows: list[dict]) -> list[RewardOutput]:
-        batch = RolloutBatch(
-            prompts=[r["prompt"] for r in rows],
+        batch = RolloutBatch.from_columns(  # the prompt: each row's extra_info["user_prompt"]
             responses=[r["response"] for r in rows],
             group_ids=[r["group_id"] for r in rows],
             ground_truths=[r["ground_truth"] for r in rows],
@@ -189,7 +200,6 @@ async def compute_score(
             "so it comes from the data; rebuild the data set with `python -m sarl.data.prepare dataset=NAME`"
         )
     row = {
-        "prompt": "" if prompt is None else str(prompt),
         "response": solution_str,
         "ground_truth": ground_truth,
         "data_source": data_source,
@@ -198,62 +208,3 @@ async def compute_score(
     }
     output = await batcher.submit(row)
     return output_row(output, batch_diagnostic_keys(obj, [output]))
-
-
-# -- whole-batch path (group rewards) ----------------------------------------------------
-
-
-def rollout_batch_from_dataproto(data: Any, tokenizer: Any) -> RolloutBatch:
-    """Decoded responses of a verl `DataProto`, grouped by its `uid` column. A row's prompt is the
-    `user_prompt` of its extra_info (the user message, as `compute_score` gets it), else the decoded prompt
-    tokens (the chat template, without its special tokens)."""
-    prompts_t = data.batch["prompts"]
-    responses_t = data.batch["responses"]
-    prompt_len = prompts_t.shape[-1]
-    attn = data.batch["attention_mask"]
-    nt = data.non_tensor_batch
-    n = len(data)
-    extras = [dict(e) if isinstance(e, dict) else {} for e in nt["extra_info"]] if "extra_info" in nt else None
-    prompts, responses = [], []
-    for i in range(n):
-        p_mask = attn[i, :prompt_len].bool()
-        r_len = int(attn[i, prompt_len:].sum())
-        user_prompt = extras[i].get(USER_PROMPT_KEY) if extras else None
-        if user_prompt is None:
-            user_prompt = tokenizer.decode(prompts_t[i][p_mask], skip_special_tokens=True)
-        prompts.append(str(user_prompt))
-        responses.append(tokenizer.decode(responses_t[i][:r_len], skip_special_tokens=True))
-    if "uid" not in nt:
-        raise KeyError("DataProto has no 'uid' column: group rewards need the prompt uid of every rollout")
-    reward_model = nt.get("reward_model")
-    return RolloutBatch(
-        prompts=prompts,
-        responses=responses,
-        group_ids=[str(u) for u in nt["uid"]],
-        ground_truths=[rm.get("ground_truth") if isinstance(rm, dict) else None for rm in reward_model]
-        if reward_model is not None
-        else None,
-        data_sources=[str(s) for s in nt["data_source"]] if "data_source" in nt else None,
-        extra_info=extras,
-    )
-
-
-def reward_dataproto(data: Any, reward: Reward, tokenizer: Any) -> tuple[Any, dict[str, float]]:
-    """Rewards of a whole generated batch as verl expects them: a DataProto with `rm_scores`
-    (the score on each response's last valid token) and one column per diagnostic, plus the
-    `reward/*` metrics of the batch."""
-    from tensordict import TensorDict
-    from verl import DataProto
-    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-
-    batch = rollout_batch_from_dataproto(data, tokenizer)
-    _, rows = score_rollouts(reward, batch)
-    rm_scores = RewardManagerBase.assemble_rm_scores(data, [r["score"] for r in rows])
-    extra_keys = [k for k in rows[0] if k != "score"] if rows else []
-    non_tensor = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in extra_keys}
-    out = DataProto(
-        batch=TensorDict({"rm_scores": rm_scores}, batch_size=len(data)),
-        non_tensor_batch=non_tensor,
-        meta_info={"reward_extra_keys": extra_keys},
-    )
-    return out, row_metrics(rows)

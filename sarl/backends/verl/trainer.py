@@ -4,15 +4,18 @@
 `trainer.v1.trainer_mode = "sarl"` (config.TRAINER_NAME). It changes four things, each at a
 method verl's V1 trainer calls (line numbers: verl 0.9.1, `trainer/ppo/v1/trainer_base.py`):
 
-- group rewards (TTRL, EMPO, EVOL-RL; `group_reward = True`) are not computed per sample in the
-  agent loop: `_setup` hides the reward workers from the agent loop and from `_step_once` /
+- group rewards (TTRL, EMPO, EVOL-RL, LCS; `group_reward = True`) are not computed per sample in
+  the agent loop: `_setup` hides the reward workers from the agent loop and from `_step_once` /
   `_validate` (`reward_loop_worker_handles` is None, l.410, 577, 1081), so each sampled batch goes
-  through `_compute_reward_colocate`, which reads the rollouts from TransferQueue, scores them
-  grouped by prompt uid (not by position), writes `rm_scores` and the reward info back, logs the
-  `reward/*` metrics and keeps a seeded random `n_trained` of each prompt's `n_votes` rollouts;
+  through `_compute_reward_colocate`, which reads the rollouts from TransferQueue, scores them in
+  this process in one reward call grouped by the prompt uid of their keys, not by position
+  (`score_sessions`, on a `RolloutBatch.from_columns` batch), writes `rm_scores` and the reward
+  info back, logs the `reward/*` metrics and keeps a seeded random `n_trained` of each prompt's
+  `n_votes` rollouts;
 - `_next_train_batch` asks the agent loop for `n_votes` rollouts per prompt (`__rollout_n__`,
   `agent_loop_tq.py:115`) while verl's `rollout.n` (which sizes every training batch) is `n_trained`;
-- per-response rewards keep verl's streaming path (our `compute_score` in verl's reward workers);
+- per-response rewards are not scored here: they keep verl's streaming route (our `compute_score`
+  in verl's reward workers, concurrently with generation: `sarl.backends.verl.reward` says why);
   `_compute_metrics` adds their `reward/*` metrics from the reward info verl stored with each
   rollout, which verl's V1 trainer does not log during training;
 - failed rewards are left out (`_balance_batch`, the first method after the rewards of a training
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import ray
 import torch
@@ -50,7 +53,7 @@ from verl.utils import tensordict_utils as tu
 from sarl.backends.verl.config import TRAINER_NAME
 from sarl.backends.verl.reward import is_group_reward, reward_from_config
 from sarl.contract.metrics import FAILED_KEY, row_metrics, score_rollouts
-from sarl.contract.reward import USER_PROMPT_KEY, RewardsFailedError, RolloutBatch
+from sarl.contract.reward import USER_PROMPT_KEY, Reward, RewardsFailedError, RolloutBatch
 from sarl.contract.selection import select_for_training
 from sarl.formats.tags import draw_key, redraw_tags, tags_of_prompt
 
@@ -59,7 +62,7 @@ log = logging.getLogger(__name__)
 Session = tuple[str, int]  # (prompt uid, session id): one of the n rollouts of a prompt
 
 # fields of a rollout row in TransferQueue (agent_loop_tq.py: the agent loop output plus the dataset row)
-SCORE_FIELDS = ["uid", "prompts", "responses", "data_source", "reward_model", "extra_info", "extra_fields"]
+SCORE_FIELDS = ["prompts", "responses", "data_source", "reward_model", "extra_info", "extra_fields"]
 
 
 # -- plain functions ----------------------------------------------------------------------------
@@ -141,22 +144,44 @@ def rollout_batch(
     data_sources: Sequence[Any],
     extra_infos: Sequence[Any],
 ) -> RolloutBatch:
-    """One row per rollout, grouped by prompt uid; the gold answer from the dataset's `reward_model`. A row's prompt
-    is the user prompt of its data row (`extra_info["user_prompt"]`), as on the per-response path
-    (`sarl.backends.verl.reward.compute_score`), where the data has one (every set `sarl.data.prepare` builds);
-    `prompts` (the decoded, chat-templated prompt) only where it has none. A reward that reads the prompt
-    (MaxFlow's node 0) so gets the same text on both paths."""
-    infos = [dict(e) if isinstance(e, dict) else {} for e in extra_infos]
-    user = [i.get(USER_PROMPT_KEY) for i in infos]
-    prompts = [p if u is None else str(u) for p, u in zip(prompts, user, strict=True)]
-    return RolloutBatch(
-        prompts=list(prompts),
-        responses=list(responses),
-        group_ids=[str(u) for u in uids],
-        ground_truths=[rm.get("ground_truth") if isinstance(rm, dict) else None for rm in reward_models],
-        data_sources=[str(s) for s in data_sources],
-        extra_info=infos,
+    """One row per rollout, grouped by prompt uid, from TransferQueue's columns (`RolloutBatch.from_columns`): the
+    gold answer from the dataset's `reward_model`; the prompt the user prompt of its data row
+    (`extra_info["user_prompt"]`, as verl's reward workers give it to a per-response reward), `prompts` (the
+    decoded, chat-templated prompt) only where the row has none. A reward that reads the prompt (MaxFlow's node 0)
+    so gets the same text on both routes."""
+    return RolloutBatch.from_columns(
+        responses=responses,
+        prompts=prompts,
+        group_ids=uids,
+        reward_models=reward_models,
+        data_sources=data_sources,
+        extra_info=extra_infos,
     )
+
+
+def score_sessions(
+    reward: Reward, keys: Sequence[str], columns: dict[str, Sequence[Any]], decode: Callable[[Any], str]
+) -> tuple[dict[Session, list[int]], list[dict[str, float]], list[dict[str, float]]]:
+    """A group reward on a sampled batch, as `SarlTrainer._compute_reward_colocate` runs it: the batch's rows
+    (TransferQueue `keys` in any order, `columns` "prompts", "responses" (token ids, turned to text by `decode`),
+    "reward_model", "data_source", "extra_info" row by row) grouped into sessions, each session's final output
+    scored in one reward call grouped by the uid of its key (`rollout_batch`), whatever order the rows came in.
+    Returns the sessions, the reward info of each session (in that order) and the reward info of each row (a
+    session's info on each of its outputs, as verl copies it)."""
+    sessions = group_sessions(keys)
+    final = [rows[-1] for rows in sessions.values()]  # the scored output of each session
+    scored = rollout_batch(
+        [decode(columns["prompts"][i]) for i in final],
+        [decode(columns["responses"][i]) for i in final],
+        [uid for uid, _ in sessions],
+        *([columns[name][i] for i in final] for name in ("reward_model", "data_source", "extra_info")),
+    )
+    _, infos = score_rollouts(reward, scored)
+    info_of_row: list[dict[str, float]] = [{}] * len(keys)
+    for rows, info in zip(sessions.values(), infos, strict=True):
+        for pos in rows:
+            info_of_row[pos] = info
+    return sessions, infos, info_of_row
 
 
 def streamed_reward_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
@@ -293,21 +318,14 @@ class SarlTrainer(PPOTrainerSync):
         if not self.group_reward:
             return super()._compute_reward_colocate(batch, metrics=metrics)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=SCORE_FIELDS)
-        sessions = group_sessions(batch.keys)
-        final = [rows[-1] for rows in sessions.values()]  # the scored output of each session
-        prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
-        cols = {name: column(data, name) for name in ("uid", "reward_model", "data_source", "extra_info")}
-        scored = rollout_batch(
-            [self.tokenizer.decode(prompts[i], skip_special_tokens=True) for i in final],
-            [self.tokenizer.decode(responses[i], skip_special_tokens=True) for i in final],
-            *([cols[name][i] for i in final] for name in ("uid", "reward_model", "data_source", "extra_info")),
+        responses = data["responses"].unbind()
+        columns = {name: column(data, name) for name in ("reward_model", "data_source", "extra_info")}
+        sessions, infos, info_of_row = score_sessions(
+            self.reward,
+            batch.keys,
+            {"prompts": data["prompts"].unbind(), "responses": responses, **columns},
+            lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
         )
-        _, infos = score_rollouts(self.reward, scored)
-
-        info_of_row: list[dict[str, float]] = [{}] * len(batch)
-        for rows, info in zip(sessions.values(), infos, strict=True):
-            for pos in rows:
-                info_of_row[pos] = info
         rm_scores, n_empty = jagged_scores([i["score"] for i in info_of_row], [len(r) for r in responses])
         extra_fields = [
             {**(e if isinstance(e, dict) else {}), "reward_extra_info": info}  # read by _validate, l.1126-1139

@@ -1,5 +1,6 @@
-"""The verl reward bridge on real verl objects (DataProto, NaiveRewardManager) built on CPU
-from real tokenizer output."""
+"""Both routes from verl to a reward, on CPU from real tokenizer output: a per-response reward through verl's own
+reward manager calling our `compute_score` (what verl's reward workers run), a group reward through the trainer's
+`score_sessions` (what `SarlTrainer._compute_reward_colocate` runs on a sampled batch)."""
 
 import asyncio
 from pathlib import Path
@@ -7,14 +8,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from fakes import KeywordEmbedder
+from fakes import KeywordEmbedder, PromptRecorder
 from omegaconf import OmegaConf
 
-from sarl.backends.verl.reward import is_group_reward, reward_dataproto, rollout_batch_from_dataproto, row_metrics
-from sarl.contract.reward import RewardFunction, RewardOutput
+from sarl.backends.verl.reward import is_group_reward
+from sarl.contract.metrics import row_metrics
+from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.structure.reward import StructureReward
 
 verl = pytest.importorskip("verl")
+pytest.importorskip("transfer_queue")
+from sarl.backends.verl.trainer import score_sessions  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "data"
 
@@ -32,25 +36,22 @@ def tokenizer(byte_tokenizer):
     return byte_tokenizer
 
 
-def test_per_response_reward_on_a_dataproto(tokenizer, verl_batch):
-    data = verl_batch(tokenizer, ["question a"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
-    reward = StructureReward(KeywordEmbedder())
-    out, metrics = reward_dataproto(data, reward, tokenizer)
-    scores = out.batch["rm_scores"]
-    assert scores.shape == data.batch["responses"].shape
-    resp_len = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].sum(1)
-    decoded = rollout_batch_from_dataproto(data, tokenizer)
-    assert decoded.responses == RESPONSES and decoded.group_ids == ["u1", "u1", "u2", "u2"]
-    expected = [o.score for o in reward(decoded)]
-    for i in range(4):
-        assert scores[i, resp_len[i] - 1].item() == pytest.approx(expected[i])
-        assert scores[i].sum().item() == pytest.approx(expected[i])
-    assert expected[0] == pytest.approx(1.0)  # plan -> calc -> check triangle
-    assert set(out.meta_info["reward_extra_keys"]) == set(StructureReward.diagnostic_keys) | {"failed"}
-    assert np.isnan(out.non_tensor_batch["L"][2]) and out.non_tensor_batch["n_nodes"][2] == 1
-    assert metrics["reward/failed"] == 0 and "reward/C/mean" in metrics and "reward/sr/mean" in metrics
-    merged = data.union(out)  # verl merges reward output into the batch by union
-    assert "rm_scores" in merged.batch.keys()
+def sampled_columns(tokenizer, prompts, responses, golds=None, extra_info=None):
+    """A sampled batch's columns as `_compute_reward_colocate` reads them from TransferQueue: token ids for the prompt
+    and the response, the dataset row's reward_model, data_source and extra_info."""
+    n = len(responses)
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in (*prompts, *responses)]
+    return {
+        "prompts": ids[:n],
+        "responses": ids[n:],
+        "reward_model": [{"ground_truth": g, "style": "rule"} for g in (golds or [None] * n)],
+        "data_source": ["math"] * n,
+        "extra_info": extra_info or [{"index": i} for i in range(n)],
+    }
+
+
+def decoder(tokenizer):
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
 class GroupRank(RewardFunction):
@@ -68,17 +69,34 @@ class GroupRank(RewardFunction):
         return outs
 
 
-def test_group_reward_sees_each_prompts_rollouts_whatever_the_order(tokenizer, verl_batch):
+def test_group_reward_sees_each_prompts_rollouts_whatever_the_order(tokenizer):
+    """The trainer's group route: rows in completion order (a prompt's sessions interleaved), scored grouped by the uid
+    of their TransferQueue keys; any order gives each row the same reward info."""
     responses = ["a", "bbbb", "cc", "dddddd", "e", "ff"]
-    uids = ["p1", "p2", "p1", "p2", "p1", "p2"]  # interleaved, as balance_batch may leave them
-    data = verl_batch(tokenizer, ["q"] * 6, responses, uids)
-    out, _ = reward_dataproto(data, GroupRank(), tokenizer)
-    scores = out.batch["rm_scores"].sum(1).tolist()
-    assert scores == [0, 0, 1, 1, 0, 0]  # "cc" wins p1, "dddddd" wins p2
-    assert out.non_tensor_batch["group_size"].tolist() == [3.0] * 6
+    keys = ["p1_0_0", "p2_0_0", "p1_1_0", "p2_1_0", "p1_2_0", "p2_2_0"]  # interleaved, as they finish
+    cols = sampled_columns(tokenizer, ["q"] * 6, responses)
+    sessions, infos, per_row = score_sessions(GroupRank(), keys, cols, decoder(tokenizer))
+    assert [i["score"] for i in per_row] == [0, 0, 1, 1, 0, 0]  # "cc" wins p1, "dddddd" wins p2
+    assert [i["group_size"] for i in per_row] == [3.0] * 6 and len(sessions) == len(infos) == 6
     perm = [5, 0, 3, 2, 4, 1]
-    out2, _ = reward_dataproto(data.select_idxs(perm), GroupRank(), tokenizer)
-    assert out2.batch["rm_scores"].sum(1).tolist() == [scores[i] for i in perm]
+    permuted = {name: [col[i] for i in perm] for name, col in cols.items()}
+    _, _, per_row2 = score_sessions(GroupRank(), [keys[i] for i in perm], permuted, decoder(tokenizer))
+    assert per_row2 == [per_row[i] for i in perm]
+
+
+def test_a_sessions_reward_is_its_final_outputs_copied_to_its_other_outputs(tokenizer):
+    """An agent loop may emit several outputs per session (verl rewards the last and copies it): the group reward sees
+    one row per session, and its info lands on every output of the session."""
+    keys = ["p1_0_1", "p1_1_0", "p1_0_0"]  # session 0 has two outputs, its final one (index 1) first
+    cols = sampled_columns(tokenizer, ["q"] * 3, ["final longest", "b", "x"])
+    sessions, infos, per_row = score_sessions(GroupRank(), keys, cols, decoder(tokenizer))
+    assert sessions == {("p1", 0): [2, 0], ("p1", 1): [1]} and [i["group_size"] for i in infos] == [2.0, 2.0]
+    assert [i["score"] for i in per_row] == [1.0, 0.0, 1.0]  # "x" (not final) carries its session's reward
+
+
+def test_a_row_whose_key_names_no_prompt_uid_is_a_clear_error(tokenizer):
+    with pytest.raises(ValueError, match="session_id"):
+        score_sessions(GroupRank(), ["no-uid"], sampled_columns(tokenizer, ["q"], ["a"]), decoder(tokenizer))
 
 
 def test_row_metrics_worked_values_and_a_non_number_is_an_error():
@@ -101,13 +119,6 @@ def test_group_rewards_are_known_by_their_class_without_building_them():
     assert is_group_reward({"_target_": "baselines.ttrl.TTRLReward", "n_votes": 4})
     assert is_group_reward({"_target_": "baselines.evol_rl.EvolRLReward", "embedder": {"_target_": "nowhere.Missing"}})
     assert not is_group_reward({"_target_": "sarl.structure.reward.StructureReward"}) and not is_group_reward({})
-
-
-def test_missing_uid_is_a_clear_error(tokenizer, verl_batch):
-    data = verl_batch(tokenizer, ["q"], ["a"], ["u"])
-    data.non_tensor_batch.pop("uid")
-    with pytest.raises(KeyError, match="uid"):
-        reward_dataproto(data, GroupRank(), tokenizer)
 
 
 def test_per_sample_path_through_verls_own_reward_manager(tokenizer, verl_batch):
@@ -143,11 +154,14 @@ def test_per_sample_path_through_verls_own_reward_manager(tokenizer, verl_batch)
     results = asyncio.run(run_all())
     obj = bridge.reward_from_config(reward_cfg)
     assert len(obj.embedder.calls) == 1  # four samples, one batched reward call
-    direct = StructureReward(KeywordEmbedder())(bridge.rollout_batch_from_dataproto(data, tokenizer))
+    direct = StructureReward(KeywordEmbedder())(RolloutBatch.from_columns(responses=RESPONSES))
     assert [r["reward_score"] for r in results] == pytest.approx([o.score for o in direct])
-    keys = {tuple(sorted(r["reward_extra_info"])) for r in results}
-    assert len(keys) == 1  # every sample reports the same keys, as verl stacks them
-    assert {"score", "sr", "C", "L", "failed"} <= set(next(iter(keys)))
+    assert direct[0].score == pytest.approx(1.0)  # plan -> calc -> check triangle
+    infos = [r["reward_extra_info"] for r in results]
+    assert {tuple(sorted(i)) for i in infos} == {tuple(sorted({*StructureReward.diagnostic_keys, "score", "failed"}))}
+    assert np.isnan(infos[2]["L"]) and infos[2]["n_nodes"] == 1  # every key on every row, as verl stacks them
+    metrics = row_metrics(infos)  # what SarlTrainer._compute_metrics logs from them
+    assert metrics["reward/failed"] == 0 and "reward/C/mean" in metrics and "reward/sr/mean" in metrics
 
 
 def _custom_reward_config(reward_cfg):
@@ -218,14 +232,16 @@ def test_a_prompt_reward_on_a_row_without_the_prepared_prompt_fails_naming_data_
     assert bridge.reward_from_config(reward_cfg).prompts == []
 
 
-def test_group_path_takes_the_prepared_user_prompt_over_the_decoded_template(tokenizer, verl_batch):
-    data = verl_batch(tokenizer, ["q a", "q b"], ["a", "b"], ["u1", "u2"])
-    data.non_tensor_batch["extra_info"] = np.array([{"index": 0, "user_prompt": "What is x?"}, {"index": 1}])
-    batch = rollout_batch_from_dataproto(data, tokenizer)
-    assert batch.prompts == ["What is x?", "q b"]  # the second row has none: its decoded prompt tokens
+def test_group_route_takes_the_prepared_user_prompt_over_the_decoded_template(tokenizer):
+    prompts = PromptRecorder()
+    cols = sampled_columns(
+        tokenizer, ["q a", "q b"], ["a", "b"], extra_info=[{"index": 0, "user_prompt": "What is x?"}, {"index": 1}]
+    )
+    score_sessions(prompts, ["u1_0_0", "u2_0_0"], cols, decoder(tokenizer))
+    assert prompts.prompts == ["What is x?", "q b"]  # the second row has none: its decoded prompt tokens
 
 
-def test_a_reward_that_cannot_be_built_fails_each_call_counted_on_both_paths(tokenizer, verl_batch, monkeypatch):
+def test_a_reward_that_cannot_be_built_fails_each_call_counted_on_both_paths(tokenizer, monkeypatch):
     """A reward whose constructor raises in a reward worker (per-sample path) or in the trainer (group path) scores
     every response as a failed reward naming the error (left out, counted: the trainer stops the run after
     train.max_failed_steps), built once per process, not an exception into verl's reward loop."""
@@ -234,7 +250,6 @@ def test_a_reward_that_cannot_be_built_fails_each_call_counted_on_both_paths(tok
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "fixtures" / "rewards"))
     monkeypatch.setattr(bridge, "_REWARDS", {})
     cfg = {"_target_": "sarl_raising_reward.RaisingInitReward"}
-    data = verl_batch(tokenizer, ["q"] * 4, RESPONSES, ["u1", "u1", "u2", "u2"])
 
     async def per_sample():
         return await asyncio.gather(*[bridge.compute_score("math", r, None, {}, reward=cfg) for r in RESPONSES])
@@ -247,5 +262,6 @@ def test_a_reward_that_cannot_be_built_fails_each_call_counted_on_both_paths(tok
         obj.why
         == "RaisingInitReward could not be built: FileNotFoundError: the reward's model file is not on this node"
     )
-    out, metrics = reward_dataproto(data, obj, tokenizer)  # the group path: what the trainer does with it
-    assert metrics["reward/failed"] == 4.0 and out.batch["rm_scores"].sum().item() == 0.0
+    keys = ["u1_0_0", "u1_1_0", "u2_0_0", "u2_1_0"]
+    _, infos, per_row = score_sessions(obj, keys, sampled_columns(tokenizer, ["q"] * 4, RESPONSES), decoder(tokenizer))
+    assert row_metrics(infos)["reward/failed"] == 4.0 and [i["score"] for i in per_row] == [0.0] * 4  # group route
