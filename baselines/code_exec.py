@@ -34,15 +34,15 @@ from sarl.runtime.checks import Check
 
 log = logging.getLogger(__name__)
 
-KINDS = ("no_code_block", *OUTCOMES)  # one per row, counted; sandbox_error rows are masked (failed)
-DIAGNOSTIC_KEYS = ("acc", "pass_fraction", *(f"code/{k}" for k in KINDS))
+ROW_OUTCOMES = ("no_code_block", *OUTCOMES)  # one per row, counted; sandbox_error rows are masked (failed)
+DIAGNOSTIC_KEYS = ("acc", "pass_fraction", *(f"code/{k}" for k in ROW_OUTCOMES))
 
 
 class CodeExecReward(RewardFunction):
     """1.0 when the last code block passes all of its problem's tests (or the pass fraction, `score`), else 0.
 
     Diagnostics: `acc` (all tests passed), `pass_fraction`, and one indicator per outcome `code/<kind>` for
-    the kinds of KINDS (their batch mean is the share, `outcome_counts` the running counts). No code block,
+    the kinds of ROW_OUTCOMES (their batch mean is the share, `outcome_counts` the running counts). No code block,
     a syntax error, a timeout, memory, too much output, a crash and failed tests score 0. A row the sandbox
     could not judge (its harness broke: `sandbox_error`) and a row whose ground truth cannot be judged
     (`sarl.checking.code.sandbox.problem_of`) are failed (masked by the backends), never a silent 0.
@@ -99,7 +99,7 @@ class CodeExecReward(RewardFunction):
         results = self.sandbox.run_many([(p, t) for _, p, t in jobs], self.max_workers)
         for (i, _, _), result in zip(jobs, results):
             out[i] = self._judged(result)
-        batch_counts = Counter(k for o in out if o is not None for k in KINDS if o.diagnostics.get(f"code/{k}"))
+        batch_counts = Counter(k for o in out if o is not None for k in ROW_OUTCOMES if o.diagnostics.get(f"code/{k}"))
         self.outcome_counts.update(batch_counts)
         log.info("code execution reward: %s", dict(batch_counts))
         return out  # type: ignore[return-value]
@@ -113,7 +113,7 @@ class CodeExecReward(RewardFunction):
     @staticmethod
     def _output(kind: str, score: float, fraction: float, failed: str | None = None) -> RewardOutput:
         diagnostics = {"acc": float(kind == "passed"), "pass_fraction": fraction}
-        diagnostics.update({f"code/{k}": float(k == kind) for k in KINDS})
+        diagnostics.update({f"code/{k}": float(k == kind) for k in ROW_OUTCOMES})
         return RewardOutput(score, diagnostics, failed)
 
 

@@ -42,7 +42,8 @@ from sarl.structure.steps import extract_reasoning, sanitize
 
 log = logging.getLogger(__name__)
 
-LABELS = ("majority", "ground_truth")  # where the upper band comes from: TTRL's vote (B.2) or a verifier (App. D.4)
+# where the upper band comes from: TTRL's vote (B.2) or a verifier (App. D.4)
+LABEL_SOURCES = ("majority", "ground_truth")
 
 _DIGIT = re.compile(r"\d")
 
@@ -129,8 +130,10 @@ class EvolRLReward(RewardFunction):
         super().__init__(threads)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-        if label not in LABELS:
-            raise ValueError(f"reward.label={label!r}: must be one of {list(LABELS)} (EVOL-RL App. B.2 / App. D.4)")
+        if label not in LABEL_SOURCES:
+            raise ValueError(
+                f"reward.label={label!r}: must be one of {list(LABEL_SOURCES)} (EVOL-RL App. B.2 / App. D.4)"
+            )
         if eps <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
         self.embedder = embedder

@@ -174,7 +174,7 @@ def r_graph(rewards: Mapping[str, float], weights: Mapping[str, float] = DEFAULT
 # ---------------------------------------------------------------------------------------------------------
 
 COMBINE_MODES = ("sum", "scae")
-OUTCOMES = ("answer", "code_exec")  # the accuracy term: the graded \boxed{} answer | the executed code
+ACCURACY_OUTCOMES = ("answer", "code_exec")  # the accuracy term: the graded \boxed{} answer | the executed code
 
 
 class GRPReward(RewardFunction):
@@ -214,6 +214,10 @@ class GRPReward(RewardFunction):
     )
     failure_label = "GRP reward"
 
+    # Its code sandbox where outcome=code_exec (also with `code_exec: null`, no CodeExecReward `_target_` to find):
+    # the same hook as CodeExecReward's, so a config naming both asks it once (sarl.contract.reward.reward_hooks)
+    preflight_checks = classmethod(CodeExecReward.preflight_checks.__func__)
+
     def __init__(
         self,
         weights: Mapping[str, float] | None = None,
@@ -230,8 +234,8 @@ class GRPReward(RewardFunction):
             raise ValueError(f"start={start!r} is not valid; choose one of: {', '.join(START_MODES)}")
         if combine not in COMBINE_MODES:
             raise ValueError(f"combine={combine!r} is not valid; choose one of: {', '.join(COMBINE_MODES)}")
-        if outcome not in OUTCOMES:
-            raise ValueError(f"reward.outcome={outcome!r} is not valid; choose one of: {', '.join(OUTCOMES)}")
+        if outcome not in ACCURACY_OUTCOMES:
+            raise ValueError(f"reward.outcome={outcome!r} is not valid; choose one of: {', '.join(ACCURACY_OUTCOMES)}")
         self.weights = check_weights(dict(weights) if weights is not None else DEFAULT_WEIGHTS)
         self.combine = combine
         self.acc_weight = float(acc_weight)

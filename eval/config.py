@@ -24,12 +24,12 @@ BACKENDS = ("vllm", "openai", "transformers")  # conf/eval/generator/<name>.yaml
 GENERATOR_GROUP, JUDGE_GROUP = "eval/generator@generator", "eval/judge@judge"  # the groups in conf/eval.yaml
 PROTOCOL_GROUP = "eval/protocol@protocol"
 # the sections whose keys the code reads by name only: a key added to one (`+sampling.new_key=...`) would be ignored
-CLOSED_SECTIONS = ("sampling", "grading", "paths")
+EVAL_CLOSED_SECTIONS = ("sampling", "grading", "paths")
 
 
 def compose_eval_config(overrides: list[str]) -> DictConfig:
     """conf/eval.yaml with Hydra overrides; paths made absolute. A misspelt key (the nearest one named), a key
-    added to a section whose keys are read by name only (CLOSED_SECTIONS) or an unknown option is a UserError
+    added to a section whose keys are read by name only (EVAL_CLOSED_SECTIONS) or an unknown option is a UserError
     naming it."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -41,7 +41,7 @@ def compose_eval_config(overrides: list[str]) -> DictConfig:
             cfg = compose(config_name="eval", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(composition_error_message(err)) from err
-    refuse_new_keys(overrides, cfg, CLOSED_SECTIONS)
+    refuse_new_keys(overrides, cfg, EVAL_CLOSED_SECTIONS)
     cfg.paths.root = str(Path(cfg.paths.root).resolve())
     return cfg
 

@@ -26,17 +26,17 @@ from typing import Any, Callable, Sequence
 from omegaconf import OmegaConf
 
 from sarl.checking.grading.extract import extract_answer, extract_answer_line
+from sarl.data.benchmark_sets import LETTERS
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import CONF_DIR
 
 PROMPT_DIR = CONF_DIR / "eval" / "prompt"
-DATA_DIR = CONF_DIR / "data"
+DATA_CONF_DIR = CONF_DIR / "data"
 PARTS = ("math", "choice")
 ANSWERS = ("boxed", "answer_line")
 PREPARED = "prepared"  # `prompt=prepared`: every benchmark as its data set was prepared
 PLACEHOLDERS = ("question", "options", "letters", "letter_set", "tags")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # the conf/data builders whose prompt is the question (or passage and question) and a suffix or template
 QUESTION_BUILDERS = ("math", "math_solution", "stratified", "reading")
 STRUCTURED_STYLES = ("structured", "structured_fixed")  # sarl.data.build.PROMPT_STYLES but plain
@@ -181,7 +181,7 @@ def load_templates(name: str) -> dict[str, Template]:
 
 def data_config(name: str) -> dict[str, Any] | None:
     """conf/data/NAME.yaml with the files of its `defaults` under it (None when there is no such file)."""
-    path = DATA_DIR / f"{name}.yaml"
+    path = DATA_CONF_DIR / f"{name}.yaml"
     if not path.is_file():
         return None
     node = OmegaConf.load(path)

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.data import Problem, benchmark_path, load_benchmark
+from eval.data import KINDS, Problem, benchmark_path, load_benchmark
 from eval.generate import SamplingConfig
 from eval.metrics import check_metric
 from eval.prompts import PREPARED, BenchmarkPrompt, ask, benchmark_prompt, format_prompts
@@ -39,7 +39,6 @@ from sarl.runtime.hub import check_model_source
 
 log = logging.getLogger(__name__)
 
-KINDS = ("math", "wildbench", "code")
 MODEL_KINDS = ("trained", "base")  # a checkpoint a row trained | a model it starts from or is compared with
 SCORING = {"math": "answer graded (sarl.checking.grading)", "wildbench": "judged (eval.wildbench)", "code": "execution"}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig))

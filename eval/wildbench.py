@@ -60,7 +60,7 @@ SHORT_NAMES: dict[str, str] = {
     "Coding & Debugging": "Code",
 }
 
-PLACEHOLDERS = ("{$history}", "{$user_query}", "{$model_output}", "{$checklist}")
+TEMPLATE_PLACEHOLDERS = ("{$history}", "{$user_query}", "{$model_output}", "{$checklist}")
 EMPTY_RESPONSE_SCORE = 1.0  # WildBench src/eval.py: an empty model output is scored 1 without a judge call
 
 # ---------------------------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def load_template(source: str, cache_dir: str | Path | None = None, timeout_s: f
         if not path.exists():
             raise FileNotFoundError(f"judge template {path} does not exist (judge.template)")
         text = path.read_text(encoding="utf-8")
-    missing = [p for p in PLACEHOLDERS if p not in text]
+    missing = [p for p in TEMPLATE_PLACEHOLDERS if p not in text]
     if missing:
         raise ValueError(f"judge template {source} lacks the placeholders {missing}; is it WildBench's score template?")
     return text

@@ -210,6 +210,51 @@ def test_no_module_is_over_the_line_limit():
     assert not long, f"split these by responsibility (at most {MODULE_LINES_MAX} lines): {long}"
 
 
+# Names every entry point module defines for itself (`python -m X` runs X.main; its --help text is X.USAGE), and the
+# plain reference implementation of the clustering, which mirrors the compiled kernels name for name (tests hold
+# each pair equal: tests/sarl/test_cluster_reference.py).
+SAME_NAME_BY_ROLE = {"main", "run", "USAGE"}
+MIRRORS = {"sarl/structure/reference.py"}
+
+
+def public_definitions(root: Path = ROOT) -> dict[str, list[str]]:
+    """Public top-level names (functions, classes, UPPER_CASE constants) -> the modules that define them."""
+    found: dict[str, list[str]] = {}
+    for path in project_modules(root).values():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()]
+            else:
+                continue
+            for name in names:
+                if not name.startswith("_"):
+                    found.setdefault(name, []).append(path.relative_to(root).as_posix())
+    return found
+
+
+def test_each_public_name_is_defined_once():
+    """Two modules defining one public name (a function, a class, a constant) leave a reader to guess which is meant
+    and an import to pick the wrong one: each has one home, or a name of its own."""
+    twins = {
+        name: homes
+        for name, homes in public_definitions().items()
+        if name not in SAME_NAME_BY_ROLE and len([h for h in homes if h not in MIRRORS]) > 1
+    }
+    assert not twins, f"give each its own name, or import it from one home: {twins}"
+
+
+def test_the_twin_finder_finds_a_twin(tmp_path):
+    package_tree(tmp_path)
+    (tmp_path / "sarl" / "a.py").write_text("LIMIT = 1\n\n\ndef load():\n    pass\n")
+    (tmp_path / "eval" / "b.py").write_text("LIMIT = 2\n_load = 3\n\n\nclass load:\n    pass\n")
+    found = public_definitions(tmp_path)
+    assert found["LIMIT"] == ["sarl/a.py", "eval/b.py"] and found["load"] == ["sarl/a.py", "eval/b.py"]
+    assert "_load" not in found
+
+
 def test_one_home_per_name():
     """No re-exports: a package's __init__ imports nothing of the project at module level and has no __all__, and
     no module keeps an unused import of a project name (ruff's F401 silenced by `noqa`) except to run the imported

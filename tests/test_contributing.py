@@ -228,7 +228,7 @@ def test_a_toy_row_added_by_its_two_steps_composes_and_the_generator_lists_it(tm
 
     stale = rows_doc.stale(tmp_path)  # the check names the line each document lacks
     assert [s.split(":")[0] for s in stale] == ["README.md", "reproduce.md"] and all("toy_row" in s for s in stale)
-    assert rows_doc.write(tmp_path) == [tmp_path / "README.md", tmp_path / "docs" / "reproduce.md"]
+    assert rows_doc.write_docs(tmp_path) == [tmp_path / "README.md", tmp_path / "docs" / "reproduce.md"]
     readme, reproduce = (tmp_path / "README.md").read_text(), (tmp_path / "docs" / "reproduce.md").read_text()
     assert '| `toy_row` | Toy Table 1 "w/ toy" | smoke (shipped) | ground_truth | GRPO on TRL |' in readme.splitlines()
     assert "| Toy Table 1 | 1 |  | w/ toy | `+exp=toy_row` |" in reproduce.splitlines()
@@ -295,7 +295,7 @@ def test_a_toy_benchmark_added_by_its_three_steps_is_prepared_and_planned(tmp_pa
         (sarl.data.prepare, "CONF_DIR", conf),
         (eval.config, "CONF_DIR", conf),
         (eval.protocol, "DATA_CONF", conf / "data"),
-        (eval.prompts, "DATA_DIR", conf / "data"),
+        (eval.prompts, "DATA_CONF_DIR", conf / "data"),
     ):
         monkeypatch.setattr(module, name, value)
     from hydra.core.config_store import ConfigStore

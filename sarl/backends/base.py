@@ -65,7 +65,7 @@ class Backend(Protocol):
         ...
 
 
-METHODS = ("refuse", "dry_run", "cheap_checks", "launch", "preflight", "stage_checks")
+BACKEND_METHODS = ("refuse", "dry_run", "cheap_checks", "launch", "preflight", "stage_checks")
 
 
 def backend_class(dotted: str) -> type:
@@ -78,7 +78,7 @@ def backend_class(dotted: str) -> type:
         cls = None
     if not isinstance(cls, type):
         raise UserError(f"backend.impl={dotted!r}: not an importable class (module.Class, e.g. conf/backend/verl.yaml)")
-    missing = [m for m in METHODS if not callable(getattr(cls, m, None))]
+    missing = [m for m in BACKEND_METHODS if not callable(getattr(cls, m, None))]
     if missing:
         raise UserError(
             f"backend.impl={dotted!r} is not a back end: it lacks {', '.join(missing)} (sarl.backends.base)"

@@ -126,13 +126,13 @@ def run_smoke(
                     times = ", ".join(f"{p} {result['seconds'][p]:.2f} s" for p in PHASES)
                     console.print(f"{name}, {'idle' if not n else f'load={n}'}, repeat {r + 1}: {times}")
                     console.print(f"  {result['threads']}")
-        rows = summarize(runs, load)
-        console.print(report_table(rows, load))
+        rows = phase_medians(runs, load)
+        console.print(phases_table(rows, load))
         commands = run_commands(section.commands, console, work, load, load_max_s)
     return {"load": load, "settings": [f"{t}/{w}" for t, w in settings], "rows": rows, "runs": runs, **commands}
 
 
-def summarize(runs: dict[str, dict[int, list[dict]]], load: int) -> list[dict]:
+def phase_medians(runs: dict[str, dict[int, list[dict]]], load: int) -> list[dict]:
     rows = []
     for name, by_load in runs.items():
         for phase in PHASES:
@@ -145,7 +145,7 @@ def summarize(runs: dict[str, dict[int, list[dict]]], load: int) -> list[dict]:
     return rows
 
 
-def report_table(rows: list[dict], load: int) -> Table:
+def phases_table(rows: list[dict], load: int) -> Table:
     title = "the tiny policy's CPU work, idle (medians)"
     if load:
         title = f"the tiny policy's CPU work, idle and beside {load} busy processes (medians)"

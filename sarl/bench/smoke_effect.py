@@ -62,7 +62,7 @@ def verdicts(heldout: dict) -> dict[str, bool]:
     return {"sr_up": d["sr_delta_ci95"][0] > 0, "accuracy_holds": hi >= 0 or -d["accuracy"] <= (hi - lo) / 2}
 
 
-def report_table(rows: list[dict]) -> Table:
+def seeds_table(rows: list[dict]) -> Table:
     t = Table(title="held-out effect of the embedded default, per seed")
     for col in ("seed", "wall s", "SR before", "SR after", "ΔSR [95% CI]", "acc. before", "acc. after"):
         t.add_column(col, justify="right")
@@ -95,5 +95,5 @@ def run_smoke_effect(section: DictConfig, console: Console, out_dir: Path | None
             row = run_seed(section, int(seed), base / f"seed{seed}", cache)
             row["verdicts"] = verdicts(row["heldout"])
             rows.append(row)
-    console.print(report_table(rows))
+    console.print(seeds_table(rows))
     return {"seeds": rows}

@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.bench.common import alternate, median, peak_memory_mb, timed
+from sarl.runtime.files import REPO_ROOT
 from sarl.structure.cluster import DEFAULT_K_RULE, cluster_batch, kmeans_k, method_k_rule
 from sarl.structure.embed.local import SentenceTransformerEmbedder
 from sarl.structure.gram import BLOCKS, gram
@@ -41,8 +42,6 @@ from sarl.structure.graph import reasoning_map, structure_reward
 from sarl.structure.reference import sklearn_hdbscan_labels
 from sarl.structure.reward import structure_rewards_from_embeddings
 from sarl.structure.steps import split_steps
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def step_counts(n: int, cfg: DictConfig, rng: np.random.Generator) -> np.ndarray:
@@ -91,11 +90,11 @@ def step_text_stream(max_texts: int | None = None) -> list[str]:
     """Distinct step texts in reading order: the steps of the shipped traces, then the sentences
     (at least 20 characters) of the test fixtures' JSON/JSONL text fields."""
     texts: list[str] = []
-    for line in (ROOT / "sarl" / "samples" / "responses.jsonl").read_text().splitlines():
+    for line in (REPO_ROOT / "sarl" / "samples" / "responses.jsonl").read_text().splitlines():
         if line.strip():
             texts += split_steps(json.loads(line)["response"])
     for pattern in ("tests/fixtures/data/*.json*", "tests/fixtures/eval/*.json*"):
-        for f in sorted(glob.glob(str(ROOT / pattern))):
+        for f in sorted(glob.glob(str(REPO_ROOT / pattern))):
             raw = Path(f).read_text()
             objs = [json.loads(x) for x in raw.splitlines() if x.strip()] if f.endswith(".jsonl") else [json.loads(raw)]
             for s in _strings(objs):
@@ -319,7 +318,7 @@ def kernel_startup() -> dict:
                 capture_output=True,
                 text=True,
                 check=True,
-                cwd=str(ROOT),
+                cwd=str(REPO_ROOT),
             )
             out[f"{name}_import_s"] = float(done.stdout.split()[-1])
     return out

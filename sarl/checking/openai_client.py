@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-R = TypeVar("R")
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -137,9 +137,9 @@ def _json_body(reply: httpx.Response) -> dict[str, Any]:
 
 
 def run_concurrently(
-    items: Iterable[T],
-    fn: Callable[[T], R],
-    on_result: Callable[[T, R | None, str | None], None],
+    items: Iterable[_T],
+    fn: Callable[[_T], _R],
+    on_result: Callable[[_T, _R | None, str | None], None],
     concurrency: int,
     desc: str,
     total: int | None = None,
@@ -151,7 +151,7 @@ def run_concurrently(
 
     items = list(items)
     errors = 0
-    pending: dict[Future, T] = {}
+    pending: dict[Future, _T] = {}
     iterator = iter(items)
     with (
         ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool,

@@ -125,7 +125,7 @@ def steps_table(rows: list[dict[str, Any]]) -> Any:
 
 
 # verl's start-up, as its log says it (verl 0.9.1's RL trainer; the SFT trainer's lines where they differ)
-PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+STARTUP_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Ray is up", re.compile(r"Started a local Ray instance|Connected to Ray cluster")),
     ("the data is loaded", re.compile(r"dataloader initialized|Total training steps")),
     ("the model workers are starting", re.compile(r"create worker group")),
@@ -164,7 +164,7 @@ class PhaseLines:
             chunk = b""
         self.offset += len(chunk)
         text = chunk.decode("utf-8", "replace")
-        for name, pattern in PHASES:
+        for name, pattern in STARTUP_PHASES:
             if name not in self.seen and pattern.search(text):
                 self.seen.append(name)
                 self._say(f"verl: {name} ({self.clock() - self.start:.0f} s)")

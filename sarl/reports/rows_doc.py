@@ -21,10 +21,9 @@ from pathlib import Path
 import yaml
 
 from sarl.runtime.errors import UserError
-from sarl.runtime.files import CONF_DIR
+from sarl.runtime.files import REPO_ROOT
 from sarl.runtime.rows import ReadmeLine, metadata_problems, paper_rows, readme_lines
 
-ROOT = CONF_DIR.parent
 BEGIN, END = "<!-- rows:begin -->", "<!-- rows:end -->"
 PAPERS = ("SARL", "SARL draft", "EVOL-RL", "GRP", "Structured Reasoning")  # the README's order of the papers
 README_HEADER = ["| row | paper, table | data | reward | algorithm |", "|---|---|---|---|---|"]
@@ -82,7 +81,7 @@ def reproduce_table(exp_dir: str | Path) -> list[str]:
     return out
 
 
-def documents(root: str | Path = ROOT, exp_dir: str | Path | None = None) -> dict[Path, list[str]]:
+def documents(root: str | Path = REPO_ROOT, exp_dir: str | Path | None = None) -> dict[Path, list[str]]:
     """{document: its generated block} for README.md and docs/reproduce.md under `root`."""
     exp_dir = Path(exp_dir) if exp_dir is not None else Path(root) / "conf" / "exp"
     problems = metadata_problems(exp_dir)
@@ -103,7 +102,7 @@ def replaced(text: str, block: list[str], where: Path) -> str:
     return head + BEGIN + "\n" + "\n".join(block) + "\n" + END + tail
 
 
-def stale(root: str | Path = ROOT, exp_dir: str | Path | None = None) -> list[str]:
+def stale(root: str | Path = REPO_ROOT, exp_dir: str | Path | None = None) -> list[str]:
     """One line per document whose committed rows differ from the generated: its first differing line."""
     out = []
     for path, block in documents(root, exp_dir).items():
@@ -118,7 +117,7 @@ def stale(root: str | Path = ROOT, exp_dir: str | Path | None = None) -> list[st
     return out
 
 
-def write(root: str | Path = ROOT, exp_dir: str | Path | None = None) -> list[Path]:
+def write_docs(root: str | Path = REPO_ROOT, exp_dir: str | Path | None = None) -> list[Path]:
     """Rewrite the documents' generated rows; the documents that changed."""
     changed = []
     for path, block in documents(root, exp_dir).items():
@@ -141,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.write:
-            for path in write():
-                print(f"wrote {path.relative_to(ROOT)}")
+            for path in write_docs():
+                print(f"wrote {path.relative_to(REPO_ROOT)}")
             return 0
         if args.check:
             problems = stale()
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{line}; run python -m sarl.reports.rows_doc --write", file=sys.stderr)
             return 1 if problems else 0
         for path, block in documents().items():
-            print(f"{path.relative_to(ROOT)}:\n" + "\n".join(block))
+            print(f"{path.relative_to(REPO_ROOT)}:\n" + "\n".join(block))
         return 0
     except UserError as err:
         sys.stderr.write(f"sarl.reports.rows_doc: {err}\n")

@@ -7,7 +7,8 @@ import json
 from importlib import resources
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the repository's Hydra configs (train, eval, data, ...)
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the source checkout: conf/, docs/, README.md
+CONF_DIR = REPO_ROOT / "conf"  # the repository's Hydra configs (train, eval, data, ...)
 
 
 def resolve_path(path: str) -> Path:

@@ -190,11 +190,11 @@ def test_the_generator_names_a_stale_line_and_rewrites_only_between_the_markers(
     line = edited[: edited.index("| `smoke` |")].count("\n") + 1
     (stale,) = rows_doc.stale(tmp_path)
     assert stale.startswith(f"README.md:{line}: has '| `smoke` | none: the default |")
-    assert rows_doc.write(tmp_path) == [readme] and rows_doc.stale(tmp_path) == []
+    assert rows_doc.write_docs(tmp_path) == [readme] and rows_doc.stale(tmp_path) == []
     assert readme.read_text() == text.replace("## Quick start", "## Quick start, by hand")  # the prose is kept
     readme.write_text(text.replace("<!-- rows:end -->", ""))
     with pytest.raises(UserError, match="needs one `<!-- rows:begin -->` line and one `<!-- rows:end -->`"):
         rows_doc.stale(tmp_path)
     write(tmp_path / "conf" / "exp", "smoke", NOTE, "")
     with pytest.raises(UserError, match="paper block.s. to fix first: .*smoke.yaml: paper.readme is missing"):
-        rows_doc.write(tmp_path)
+        rows_doc.write_docs(tmp_path)

@@ -39,7 +39,7 @@ class TrlBackend:
         kept = [o for o in overrides if not o.startswith(("train.dry_run", "run_dir="))]
         sys.stderr.write(shlex.join([sys.executable, "-m", "sarl.train", *kept, f"run_dir={run_dir}"]) + "\n")
         if n > 1:
-            sys.stderr.write(dry_run_command(distributed.launch_command(run_dir, n), [run_dir / "config.yaml"]))
+            sys.stderr.write(dry_run_command(distributed.worker_launch_command(run_dir, n), [run_dir / "config.yaml"]))
         return 0
 
     def cheap_checks(self, cfg: DictConfig, choices: dict[str, Any], run_dir: Path) -> list[Check]:
@@ -53,7 +53,7 @@ class TrlBackend:
                 cfg.model.path = str(policy_path(cfg))
         meta, env = run_record(cfg, choices, experiment_name(choices), run_dir)
         if n > 1:
-            cmd = distributed.launch_command(run_dir, n)
+            cmd = distributed.worker_launch_command(run_dir, n)
             log.info("launching %d TRL processes: %s", n, shlex.join(cmd))
             return run_in_own_group(cmd, cwd=Path.cwd(), env=env)  # Ctrl-C or SIGTERM stops torchrun's whole group
         reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)

@@ -71,13 +71,13 @@ def fsdp_environment(cfg: DictConfig) -> dict[str, str]:
     return {"FSDP_STATE_DICT_TYPE": str(kind)} if kind else {}
 
 
-def torchrun_args(run_dir: Path, n_processes: int) -> list[str]:
+def worker_torchrun_args(run_dir: Path, n_processes: int) -> list[str]:
     """torchrun's arguments on this node: `n_processes` ranks of the worker on the run directory's config."""
     return signals.torchrun_args(n_processes, WORKER_MODULE, [str(run_dir)])
 
 
-def launch_command(run_dir: Path, n_processes: int) -> list[str]:
-    """torchrun (`python -m torch.distributed.run`, this interpreter) with `torchrun_args`."""
+def worker_launch_command(run_dir: Path, n_processes: int) -> list[str]:
+    """torchrun (`python -m torch.distributed.run`, this interpreter) with `worker_torchrun_args`."""
     return signals.torchrun_command(n_processes, WORKER_MODULE, [str(run_dir)])
 
 
@@ -86,7 +86,7 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def unsupported(cfg: DictConfig) -> str | None:
+def distributed_problem(cfg: DictConfig) -> str | None:
     """Why the run's `backend.distributed` cannot be used as configured (None if it can)."""
     mode = cfg.backend.get("distributed")
     if mode not in DISTRIBUTED:

@@ -67,7 +67,7 @@ def unsupported(cfg: DictConfig) -> str | None:
         )
     if int(cfg.train.get("nnodes", 1)) > 1:
         return "backend=trl runs on one machine; multi-node runs use backend=verl"
-    why = distributed.unsupported(cfg)
+    why = distributed.distributed_problem(cfg)
     if why:
         return why
     if algorithm == "grpo":
@@ -242,7 +242,7 @@ def dry_run_config(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     }
     n = distributed.processes(cfg)
     if n > 1:
-        out["launch"] = {"processes": n, "torchrun": distributed.torchrun_args(run_dir, n)}
+        out["launch"] = {"processes": n, "torchrun": distributed.worker_torchrun_args(run_dir, n)}
     return out
 
 
@@ -275,7 +275,7 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
+def resume_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete `checkpoints/checkpoint-N` of the run (None if there is none); an incomplete newer
     one is named in a warning and skipped."""
     out = run_dir / OUTPUT_SUBDIR
@@ -360,7 +360,7 @@ def train(cfg: DictConfig, run_dir: Path, meta: dict, env: dict[str, str], rewar
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     main = distributed.is_main_process()  # rank 0 writes the run's files and logs (one process: this one)
-    resume = last_checkpoint(run_dir)
+    resume = resume_checkpoint(run_dir)
     metrics_path = run_dir / METRICS_FILE
     failed_before = 0
     if resume is not None:

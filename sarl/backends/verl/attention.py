@@ -29,7 +29,7 @@ from sarl.runtime.checks import Check
 log = logging.getLogger(__name__)
 
 CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
-PATCH_MODULE = __name__  # what `critic.model.external_lib` names
+ATTENTION_MODULE = __name__  # what `critic.model.external_lib` names
 
 
 FLASH_ATTN_FIX = (

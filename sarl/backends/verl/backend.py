@@ -83,7 +83,7 @@ def with_cpu_data(cfg: DictConfig, run_dir: Path) -> None:
     if not cfg.backend.get("cpu", False) or cfg.data.get("train_files") or not cfg.data.get("trl_train_files"):
         return
     if cfg.train.dry_run:
-        folder = run_dir / cpu.DATA_DIR
+        folder = run_dir / cpu.PARQUET_SUBDIR
         train, val = str(folder / "train.parquet"), str(folder / "val.parquet") if cfg.data.get("trl_val_files") else ""
     else:
         train, val = cpu.write_smoke_parquet(cfg, run_dir)

@@ -20,8 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sarl.backends.verl import cpu
-from sarl.backends.verl.attention import PATCH_MODULE as ATTENTION_PATCH
-from sarl.backends.verl.attention import resolve_attn_implementation
+from sarl.backends.verl.attention import ATTENTION_MODULE, resolve_attn_implementation
 from sarl.backends.verl.reward import is_group_reward
 from sarl.reports.figures import METRICS_FILE
 
@@ -133,7 +132,7 @@ def verl_values(cfg: DictConfig, run_dir: str, experiment: str, group_reward: bo
     attn = {"attn_implementation": resolve_attn_implementation(b.attn_implementation)}
     values["actor_rollout_ref.model.override_config"] = attn  # actor and reference
     values["critic.model.override_config"] = attn
-    values["critic.model.external_lib"] = ATTENTION_PATCH  # the critic's loader honours it
+    values["critic.model.external_lib"] = ATTENTION_MODULE  # the critic's loader honours it
     values["trainer.logger"] = with_file_logger(cfg.logger.backends)
     if b.get("cpu", False):  # backend=verl_cpu (sarl/backends/verl/cpu)
         values.update(cpu.cpu_verl_values(cfg))

@@ -38,6 +38,7 @@ from sarl.backends.verl.config import _flatten, process_env, verl_config_with
 from sarl.backends.verl.preflight import check_sft_memory_plan
 from sarl.backends.verl.process import run_verl_process
 from sarl.data.sft import sft_max_length, sft_rows
+from sarl.runtime.checkpoints import CHECKPOINT_SUBDIR
 from sarl.runtime.checks import raise_failed
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import resolve_path
@@ -47,7 +48,6 @@ from sarl.runtime.signals import torchrun_command
 VERL_SFT_CONFIG_NAME = "verl_sft_trainer"
 SFT_ENTRY_MODULE = "verl.trainer.sft_trainer"
 SFT_DATA_FILE = "sft_data/train.parquet"
-CHECKPOINT_SUBDIR = "checkpoints"
 
 log = logging.getLogger("sarl.train.verl")
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path("/sys/fs/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 _LOCK = threading.Lock()
 _FOUND: dict = {}
 
@@ -111,10 +111,10 @@ class Cgroups:
         if os.geteuid() != 0:
             return None, "not root: no cgroup can be made"
         name = f"sarl-sandbox-{os.getpid()}"
-        unified = ROOT / "cgroup.controllers"
+        unified = CGROUP_ROOT / "cgroup.controllers"
         if unified.is_file() and {"memory", "pids"} <= set(unified.read_text().split()):
             own = _own_path("")
-            parent = ROOT / (own or "/").lstrip("/") / name
+            parent = CGROUP_ROOT / (own or "/").lstrip("/") / name
             try:
                 parent.mkdir(exist_ok=True)
                 _write(parent / "cgroup.subtree_control", "+memory +pids")
@@ -124,7 +124,7 @@ class Cgroups:
         parents = {}
         for controller in ("memory", "pids"):
             own = _own_path(controller)
-            base = ROOT / controller
+            base = CGROUP_ROOT / controller
             if own is None or not base.is_dir():
                 return None, f"no cgroup v1 {controller} hierarchy (/sys/fs/cgroup/{controller})"
             parents[controller] = base / own.lstrip("/") / name

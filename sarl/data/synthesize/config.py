@@ -14,7 +14,7 @@ from sarl.runtime.files import CONF_DIR
 
 SYNTH_DIR = CONF_DIR / "synthesize"
 PROMPTS_DIR = SYNTH_DIR / "prompts"
-METHODS = ("grp", "structured")
+SYNTHESIS_METHODS = ("grp", "structured")
 TASKS = ("math", "code")
 PROMPT_ROLES = {
     "grp": ("sample", "translate", "refine", "verify"),
@@ -57,10 +57,10 @@ def compose_synthesize_config(overrides: list[str]) -> DictConfig:
 
 
 def check_recipe(recipe: Mapping[str, Any]) -> None:
-    if recipe.get("method") not in METHODS or recipe.get("task") not in TASKS:
+    if recipe.get("method") not in SYNTHESIS_METHODS or recipe.get("task") not in TASKS:
         raise UserError(
             f"recipe {recipe.get('name')}: method={recipe.get('method')} task={recipe.get('task')}; "
-            f"method must be one of {METHODS} and task one of {TASKS}"
+            f"method must be one of {SYNTHESIS_METHODS} and task one of {TASKS}"
         )
     if recipe["method"] == "structured" and recipe.get("prefill") not in ("deepseek", "continue", "none"):
         raise UserError(f"recipe.prefill={recipe.get('prefill')} is not valid; choose deepseek, continue or none")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sarl.backends.base import METHODS, Backend, backend_class, backend_for
+from sarl.backends.base import BACKEND_METHODS, Backend, backend_class, backend_for
 from sarl.contract.reward import RewardFunction, reward_hooks
 from sarl.launch.compose import compose_train_config
 from sarl.runtime.errors import UserError
@@ -29,7 +29,7 @@ def test_each_backend_config_names_an_implementation_of_the_interface(name):
     backend = backend_for(cfg)
     assert isinstance(backend, Backend)
     assert type(backend).__module__.startswith(f"sarl.backends.{name.split('_')[0]}."), type(backend)
-    for method in METHODS:
+    for method in BACKEND_METHODS:
         assert parameters(getattr(backend, method)) == parameters(getattr(Backend, method)), (name, method)
 
 
@@ -111,8 +111,13 @@ def test_a_reward_brings_its_own_preflight_items_through_its_class():
     reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
     hooks = reward_hooks(reward_cfg, "preflight_checks")
     owners = [h.__self__.__name__ for h in hooks]
-    assert owners == ["GRPReward", "CodeExecReward"], owners  # GRP's own is the default: no rows
+    assert owners == ["GRPReward"], owners  # GRP's is CodeExecReward's own hook: asked once
     assert [c.name for c in verl_preflight.reward_checks(reward_cfg)] == ["code sandbox"]
+    cfg, _ = compose_train_config(["+exp=smoke", "reward=grp", "reward.outcome=code_exec"])  # no CodeExecReward node
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    assert [c.name for c in verl_preflight.reward_checks(reward_cfg)] == ["code sandbox"]
+    cfg, _ = compose_train_config(["+exp=smoke", "reward=grp"])  # outcome=answer: nothing runs code
+    assert verl_preflight.reward_checks(OmegaConf.to_container(cfg.reward, resolve=True)) == []
     assert verl_preflight.reward_checks({"_target_": "baselines.lcs.LCSReward"}) == []
     assert RewardFunction.preflight_checks({}) == [] and RewardFunction.gpu_memory_items({}, 1, "x", 8) == ({}, [])
 

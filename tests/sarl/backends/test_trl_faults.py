@@ -12,7 +12,7 @@ from testkit import smoke_small
 
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.rewards import TRLReward
-from sarl.backends.trl.run import failed_rewards_before, grpo_args, last_checkpoint, prompt_dataset
+from sarl.backends.trl.run import failed_rewards_before, grpo_args, prompt_dataset, resume_checkpoint
 from sarl.contract.reward import RewardFunction, RewardOutput, RewardsFailedError
 from sarl.launch.compose import compose_train_config
 from sarl.smoke.policy import policy_path
@@ -209,7 +209,7 @@ def test_resume_skips_a_truncated_checkpoint_and_keeps_the_failure_total(policy_
     for extra in newest.glob("*.pt"):
         extra.unlink()
     with caplog.at_level(logging.WARNING, logger="sarl.train.trl"):
-        assert last_checkpoint(run) == run / "checkpoints" / "checkpoint-1"
+        assert resume_checkpoint(run) == run / "checkpoints" / "checkpoint-1"
     assert any("checkpoint-2" in r.getMessage() and "trainer_state.json" in r.getMessage() for r in caplog.records)
     assert main(smoke(tmp_path, policy_cache, "backend.max_steps=3", "train.save_freq=1", f"run_dir={run}")) == 0
     summary = json.loads((run / "summary.json").read_text())
@@ -226,9 +226,9 @@ def test_a_checkpoint_without_weights_is_incomplete(tmp_path):
         d.mkdir(parents=True)
         (d / "trainer_state.json").write_text(json.dumps({"global_step": int(d.name.split("-")[1])}))
     (good / "model.safetensors").write_bytes(b"x")
-    assert last_checkpoint(run) == good
+    assert resume_checkpoint(run) == good
     shutil.rmtree(good)
-    assert last_checkpoint(run) is None
+    assert resume_checkpoint(run) is None
 
 
 def test_a_run_that_saves_no_weights_fails_with_one_line(tmp_path, policy_cache, monkeypatch, caplog):

@@ -37,7 +37,7 @@ from omegaconf import DictConfig
 
 PLUGIN_MODULE = "sarl.backends.verl.cpu.plugin"
 PLATFORM = "cpu"
-DATA_DIR = "verl_cpu_data"  # in the run directory: the smoke prompts as verl parquet
+PARQUET_SUBDIR = "verl_cpu_data"  # in the run directory: the smoke prompts as verl parquet
 SYNC_LOG = "rollout_sync.jsonl"  # in the run directory: one line per weight sync (sarl.backends.verl.cpu.rollout)
 SYNC_RANKS_LOG = "rollout_sync_ranks.jsonl"  # one line per actor rank and weight sync (the same module)
 
@@ -194,7 +194,7 @@ def write_smoke_parquet(cfg: DictConfig, run_dir: Path) -> tuple[str, str]:
     from sarl.data.build import math_prompt, record
     from sarl.runtime.files import read_jsonl, resolve_path
 
-    out = Path(run_dir) / DATA_DIR
+    out = Path(run_dir) / PARQUET_SUBDIR
     out.mkdir(parents=True, exist_ok=True)
     style = {
         "name": cfg.data.name,

@@ -30,7 +30,8 @@ import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
-PLATFORM = "cpu"  # VERL_PLATFORM
+from sarl.backends.verl.cpu import PLATFORM  # VERL_PLATFORM
+
 DEVICE_NAME = "CPU (sarl.backends.verl.cpu)"
 
 
