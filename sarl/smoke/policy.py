@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
+from sarl.runtime import torch_threads
 from sarl.runtime.files import resolve_path
 
 log = logging.getLogger(__name__)
@@ -287,3 +288,14 @@ def policy_path(cfg: DictConfig) -> Path | str:
     traces = resolve_path(spec["traces"])
     spec["traces"] = str(traces)
     return build_policy(spec, cache_dir, seed=int(cfg.seed if build_seed is None else build_seed))
+
+
+def with_local_policy(cfg: DictConfig) -> None:
+    """A model group without a path (`model=tiny_qwen3`) gets the policy built here, once (cached), torch's threads
+    chosen first (the build runs in this process): `model.path` is then its directory, which every process and
+    rank of the run loads like any other checkpoint."""
+    if cfg.model.get("path") or not cfg.model.get("build"):
+        return
+    torch_threads.apply(cfg.backend.get("torch_threads", "auto"))
+    with read_write(cfg.model):
+        cfg.model.path = str(policy_path(cfg))

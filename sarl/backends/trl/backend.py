@@ -10,17 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import DictConfig, OmegaConf
 
 from sarl.backends.trl import distributed
 from sarl.backends.trl.preflight import trl_cheap_checks, trl_preflight
 from sarl.backends.trl.run import dry_run_config, train, unsupported
-from sarl.runtime import torch_threads
 from sarl.runtime.checks import Check
 from sarl.runtime.runs import dry_run_command, experiment_name, patched_environ, run_record
 from sarl.runtime.signals import run_in_own_group
 from sarl.serving.auto import embedding_server_for
-from sarl.smoke.policy import policy_path
+from sarl.smoke.policy import with_local_policy
 
 log = logging.getLogger("sarl.train.trl")
 
@@ -47,10 +46,8 @@ class TrlBackend:
 
     def launch(self, cfg: DictConfig, choices: dict[str, Any], run_dir: Path) -> int:
         n = distributed.processes(cfg)
-        if n > 1 and not cfg.model.get("path") and cfg.model.get("build"):  # built once here, not by every rank
-            torch_threads.apply(cfg.backend.get("torch_threads", "auto"))
-            with read_write(cfg.model):
-                cfg.model.path = str(policy_path(cfg))
+        if n > 1:
+            with_local_policy(cfg)  # built once here, not by every rank
         meta, env = run_record(cfg, choices, experiment_name(choices), run_dir)
         if n > 1:
             cmd = distributed.worker_launch_command(run_dir, n)

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from sarl.backends.trl import memory as trl_memory
 from sarl.backends.trl.distributed import check_devices, processes
 from sarl.backends.trl.run import row_checks
-from sarl.runtime.checks import Check, raise_failed
+from sarl.runtime.checks import Check
 from sarl.runtime.node_checks import check_gpus, check_wandb, gpu_gib
 from sarl.serving.checks import check_model_files
 
@@ -20,11 +20,6 @@ def trl_cheap_checks(cfg: DictConfig) -> list[Check]:
     of rank 0)."""
     gib, source = gpu_gib(cfg, measure=False)
     return [*check_devices(cfg), *trl_memory.check_trl_memory_plan(cfg, gib, source, skip_missing=True)]
-
-
-def run_trl_cheap_checks(cfg: DictConfig) -> None:
-    """`trl_cheap_checks`, raising PreflightError naming every failure and its fix."""
-    raise_failed(trl_cheap_checks(cfg))
 
 
 def trl_preflight(cfg: DictConfig) -> list[Check]:

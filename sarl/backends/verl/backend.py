@@ -26,7 +26,6 @@ from sarl.backends.verl.process import quiet_verl_notices, run_verl_process
 from sarl.backends.verl.steps import step_plan
 from sarl.data.checks import check_data
 from sarl.reports.curves import run_curves
-from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import FINAL_SUBDIR, evaluate_hint, export_final, last_checkpoint
 from sarl.runtime.checks import Check
 from sarl.runtime.errors import UserError
@@ -43,7 +42,7 @@ from sarl.runtime.runs import (
 from sarl.runtime.weights import verl_actor_problem, weights_problem
 from sarl.serving.auto import check_reward_dependencies, check_reward_endpoints, planned_embedding_server
 from sarl.serving.checks import check_embedding_server, check_model_files
-from sarl.smoke.policy import policy_path
+from sarl.smoke.policy import with_local_policy
 
 log = logging.getLogger("sarl.train.verl")
 
@@ -65,16 +64,6 @@ def launch_command(run_dir: Path, entry_module: str) -> list[str]:
         f"hydra.run.dir={run_dir}",
         "hydra.output_subdir=verl_hydra",
     ]
-
-
-def with_local_policy(cfg: DictConfig) -> None:
-    """A model group without a path (`model=tiny_qwen3`) gets the policy built on this machine (cached), whose
-    directory verl loads like any other checkpoint."""
-    if cfg.model.get("path") or not cfg.model.get("build"):
-        return
-    torch_threads.apply(cfg.backend.get("torch_threads", "auto"))  # the build runs in this process
-    with read_write(cfg.model):
-        cfg.model.path = str(policy_path(cfg))
 
 
 def with_cpu_data(cfg: DictConfig, run_dir: Path) -> None:

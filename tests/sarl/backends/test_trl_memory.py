@@ -18,7 +18,7 @@ from sarl.backends.trl import preflight as trl_preflight
 from sarl.backends.trl.metrics import read_metrics
 from sarl.backends.trl.run import dry_run_config, unsupported
 from sarl.launch.compose import compose_train_config
-from sarl.runtime.checks import PreflightError
+from sarl.runtime.checks import PreflightError, raise_failed
 from sarl.runtime.memory import GIB
 from sarl.train import main
 
@@ -174,7 +174,7 @@ def test_single_process_rows_are_unchanged(tmp_path):
         cfg, _ = compose_train_config([f"+exp={row}"])
         assert distributed.processes(cfg) == 1 and distributed.fsdp_args(cfg) == {}
         assert not trl_memory.planned(cfg)  # a policy built on this machine trains on the CPU
-        trl_preflight.run_trl_cheap_checks(cfg)  # nothing to refuse
+        raise_failed(trl_preflight.trl_cheap_checks(cfg))  # nothing to refuse
     cfg, _ = compose_train_config(["+exp=smoke"])
     printed = dry_run_config(cfg, tmp_path)
     assert "launch" not in printed
@@ -217,7 +217,7 @@ def test_sarl_train_refuses_a_plan_that_does_not_fit_in_one_line(tmp_path, caplo
     assert line.startswith("memory plan: 1 GPU(s)") and line.endswith("-> set train.n_gpus_per_node=3")
     assert not (tmp_path / "run").exists()  # refused before anything is written
     with pytest.raises(PreflightError, match="memory plan"):
-        trl_preflight.run_trl_cheap_checks(dpo_open("train.micro_batch_size_per_gpu=32"))
+        raise_failed(trl_preflight.trl_cheap_checks(dpo_open("train.micro_batch_size_per_gpu=32")))
 
 
 def test_the_processes_need_their_gpus(monkeypatch):
