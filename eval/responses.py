@@ -16,6 +16,7 @@ from eval.cache import FileDigests, SampleCache, atomic_write_text, checkpoint_f
 from eval.config import build, run_name
 from eval.generate import Generation, GenerationRequest, Generator, RunInfo, SamplingConfig, sample_seed
 from eval.protocol import Benchmark
+from sarl.runtime.heartbeat import heartbeat
 
 log = logging.getLogger("eval.run")  # a part of `python -m eval.run`: its messages keep that name
 
@@ -31,7 +32,10 @@ def generators(cfg: DictConfig, run_dir: Path) -> Iterator[Callable[[SamplingCon
     def get(sampling: SamplingConfig) -> Generator:
         if not held:
             info = RunInfo(name=run_name(cfg), run_dir=run_dir, seed=int(cfg.seed))
-            held.append(build(cfg.generator, str(cfg.ckpt), sampling, info))
+            kind = str(cfg.generator.get("_target_", "")).rsplit(".", 1)[-1].removesuffix("_generator")
+            what = f"generator: loading {kind or 'the generator'} on {cfg.ckpt}"
+            with heartbeat(log.info, what):  # imports and weights: minutes on a busy CPU, said as it goes
+                held.append(build(cfg.generator, str(cfg.ckpt), sampling, info))
         held[0].sampling = sampling  # every back end samples with its `sampling` (eval/generate.py)
         return held[0]
 

@@ -169,7 +169,10 @@ def test_full_evaluation(full_run, judge_server, tiny_chat_model):
     assert "Response length in tokens (SARL Table 8)" in markdown
     assert "| toy_aime | 4 | 0.0 | 0.0 | 0.250 (+25.0%) |" in markdown  # SR 0.25 vs the base's 0.2 (Fig. 2a)
     assert (root / "run" / "config.yaml").exists() and (root / "run" / "eval.log").exists()
-    assert "torch: 1 intra-op thread (torch_threads=1), 1 inter-op" in (root / "run" / "eval.log").read_text()
+    log = (root / "run" / "eval.log").read_text()
+    assert "torch: 1 intra-op thread (torch_threads=1), 1 inter-op" in log
+    assert f"generator: loading transformers on {tiny_chat_model} ..." in log  # the silent load says it runs
+    assert f"generator: loading transformers on {tiny_chat_model}: done in " in log
     assert json.loads((root / "run" / "meta.json").read_text())["git_commit"]
 
 
