@@ -315,21 +315,65 @@ def test_a_toy_benchmark_added_by_its_three_steps_is_prepared_and_planned(tmp_pa
     assert "toy_bench" in format_plan(plan, cfg.paths.data_dir)  # the line eval.run's dry run prints for it
 
 
-# CONTRIBUTING.md's "Add a clustering method": the methods are one tuple; a method is in each file the recipe names.
-def test_each_clustering_method_is_in_each_file_the_recipe_names_and_the_reward_takes_only_those():
-    from sarl.structure.cluster import METHODS
+def hash_embedder():
+    """A stand-in embedder (`sarl.structure.embed.base.Embedder`): each step a vector seeded by its text."""
+    import numpy as np
+
+    from sarl.structure.embed.base import Embedder
+
+    class HashEmbedder(Embedder):
+        def _embed_unique(self, texts):
+            return [np.random.default_rng(sum(t.encode())).standard_normal(8) for t in texts], {}
+
+    return HashEmbedder(dim=8)
+
+
+# CONTRIBUTING.md's "Add a clustering method", performed: a toy method ("halves": the first half of a response's
+# steps one cluster, the rest another) registered as its steps 1-2 say, its step-3 test, and a SARL row composed with
+# it (step 4: `reward.clustering=<name>`) scoring a batch; every shipped method is in each file the recipe names.
+def test_a_toy_clustering_method_added_by_the_recipe_s_steps_clusters_a_row_s_responses(monkeypatch):
+    import numpy as np
+    import yaml
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from sarl.contract.reward import RolloutBatch
+    from sarl.launch.compose import compose_train_config
+    from sarl.structure import cluster, reference
     from sarl.structure.reward import StructureReward
 
     count, steps = recipe_steps("Add a clustering method")
     assert count == len(steps) == 4
+    assert steps[:2] == ["sarl/structure/cluster.py", "sarl/structure/reference.py"]
     for rel in steps:
         text = (ROOT / rel).read_text()
-        for method in METHODS:
+        for method in cluster.LABELERS:
             assert re.search(rf"\b{method}\b", text), f"{rel} does not name the clustering method {method}"
-    assert "METHODS" in (ROOT / steps[0]).read_text() and "def cluster_steps" in (ROOT / steps[1]).read_text()
-    with pytest.raises(ValueError, match="clustering method 'toy' not found; choose one of: " + ", ".join(METHODS)):
-        StructureReward(embedder=None, clustering="toy")
-    import yaml
+    with pytest.raises(ValueError, match="clustering method 'halves' not found; choose one of: kmeans, hdbscan"):
+        StructureReward(embedder=None, clustering="halves")
+
+    def halves_response(x, i, shared):  # step 1: its labels for one response, registered by name
+        return (np.arange(len(x)) >= len(x) / 2).astype(np.int64)
+
+    def halves_reference(x, seed, k_rule, max_iter, gram):  # step 2: the plain version
+        return np.array([0 if j < len(x) / 2 else 1 for j in range(len(x))], dtype=np.int64)
+
+    monkeypatch.setitem(cluster.LABELERS, "halves", halves_response)
+    monkeypatch.setitem(reference.REFERENCE, "halves", halves_reference)
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 5, 8):  # step 3: the compiled labels equal the reference's
+        x = rng.standard_normal((m, 4))
+        assert (cluster.cluster_steps(x, "halves") == reference.cluster_steps(x, "halves")).all()
+
+    cfg, _ = compose_train_config(["+exp=smoke", "reward.clustering=halves"])  # step 4
+    reward_cfg = OmegaConf.to_container(cfg.reward, resolve=True)
+    reward_cfg["embedder"] = hash_embedder()  # no model here: each step's own seeded vector
+    reward = instantiate(reward_cfg, _convert_="all")
+    assert reward.clustering == "halves"
+    response = "<think>We add.\n\nWe carry.\n\nWe check.\n\nWe answer.</think> \\boxed{4}"
+    out = reward(RolloutBatch.from_responses([response, response]))
+    assert [o.failed for o in out] == [None, None] and out[0].score == out[1].score
+    assert out[0].diagnostics["n_nodes"] == 2 and out[0].diagnostics["n_steps"] == 4  # two clusters: the halves
 
     bench = yaml.safe_load((ROOT / "conf" / "bench.yaml").read_text())
-    assert set(bench["structure"]["methods"]) <= set(METHODS)  # what the bench times
+    assert set(bench["structure"]["methods"]) <= set(cluster.LABELERS)  # what the bench times

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
 from sarl.contract.threads import limited, run_each
-
-METHODS = ("kmeans", "hdbscan")
 
 # One edge of HDBSCAN's minimum spanning tree, the record scikit-learn sorts: its private
 # `sklearn.cluster._hdbscan._linkage.MST_edge_dtype` (scikit-learn 1.6-1.9, pyproject's pin) restated with the same
@@ -182,6 +181,61 @@ def _hdbscan_labels(x: np.ndarray, g: np.ndarray, m: int) -> np.ndarray:
     return hdbscan_tree_labels(src[order], dst[order], dist[order], min_cluster_size)
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What a response's labels may depend on besides its own steps, the same for every response of a batch: the
+    seeded k-means++ draws (row j whatever the batch's largest k), KMeans' k per step count, the k rule, the
+    iteration cap."""
+
+    draws: np.ndarray
+    k_of: dict[int, int]
+    k_rule: str
+    max_iter: int
+
+
+def kmeans_response(x: np.ndarray, i: int, shared: Shared) -> np.ndarray:
+    """KMeans labels of response i's steps (M >= 2): its Gram matrix, then the compiled greedy k-means++ seeding and
+    Lloyd iterations (`sarl.structure.kernels`)."""
+    # deferred (both): numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
+    from sarl.structure.gram import gram
+    from sarl.structure.kernels import kmeans_labels, squared_distances
+
+    g = gram(x)
+    d2, min_off, finite = squared_distances(g)
+    if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow: float64 decides
+        g = _gram(x, i, np.float64)
+        d2, min_off, _ = squared_distances(g)
+    # Only a response with (near-)coincident steps can have fewer distinct rows than steps.
+    k = kmeans_k(len(x), _n_distinct(x), shared.k_rule) if min_off < 1e-6 else shared.k_of[len(x)]
+    n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
+    if n_trials > _U_COLUMNS:
+        raise ValueError(f"k = {k} clusters needs {n_trials} k-means++ trials; at most {_U_COLUMNS} are drawn")
+    return kmeans_labels(g, d2, k, shared.draws, n_trials, shared.max_iter)
+
+
+def hdbscan_response(x: np.ndarray, i: int, shared: Shared) -> np.ndarray:
+    """HDBSCAN labels of response i's steps (M >= 2), distances in float64 as scikit-learn computes them (ties break
+    alike); noise keeps -1."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    return _hdbscan_labels(x, _gram(x, i), len(x))
+
+
+# The clustering methods by name (`reward.clustering`): a response's steps (M >= 2), its index in the batch (for
+# messages) and the batch's `Shared` -> one integer label per step. `sarl.structure.reference.REFERENCE` holds the
+# plain version of each, and tests/sarl/test_cluster_reference.py holds the two equal (CONTRIBUTING.md).
+LABELERS: dict[str, Callable[[np.ndarray, int, Shared], np.ndarray]] = {
+    "kmeans": kmeans_response,
+    "hdbscan": hdbscan_response,
+}
+
+
+def method_labeler(method: str) -> Callable[[np.ndarray, int, Shared], np.ndarray]:
+    """The labeler of `method`, or a ValueError naming the methods there are."""
+    if method not in LABELERS:
+        raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(LABELERS)}")
+    return LABELERS[method]
+
+
 def cluster_batch(
     embeddings: Sequence[np.ndarray],
     method: str = "kmeans",
@@ -199,8 +253,7 @@ def cluster_batch(
     other responses in the batch. `threads` > 1: that many responses at a time, side by side
     (`sarl.contract.threads.run_each`), each with a one-thread BLAS; the labels are the same.
     """
-    if method not in METHODS:
-        raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")
+    labeler = method_labeler(method)
     check_k_rule(k_rule, method)
     xs = [_check(e, i) for i, e in enumerate(embeddings)]
     out: list[np.ndarray] = [np.zeros(len(x), dtype=np.int64) for x in xs]
@@ -209,35 +262,13 @@ def cluster_batch(
         raise ValueError("all embeddings must have the same dimension")
     k_of = {m: kmeans_k(m, rule=k_rule) for m in {len(x) for x in xs}}
     kmax = max(k_of.values(), default=1) or 1
-    u = kmeans_draws(seed, kmax)  # row j the same whatever kmax: no response's draws depend on the batch
+    shared = Shared(kmeans_draws(seed, kmax), k_of, k_rule, max_iter)  # row j the same whatever kmax
 
-    # deferred (both): numba and the compiled kernels (~0.5 s), not paid by `from sarl import StructureReward`
-    from sarl.structure.gram import gram
-    from sarl.structure.kernels import kmeans_labels, squared_distances
-
-    def kmeans_one(i: int) -> None:
-        # Its Gram matrix, then the compiled seeding and Lloyd iterations (sarl.structure.kernels).
-        x = xs[i]
-        g = gram(x)
-        d2, min_off, finite = squared_distances(g)
-        if not finite:  # NaN or infinity in X (ValueError), or float32 squares that overflow: float64 decides
-            g = _gram(x, i, np.float64)
-            d2, min_off, _ = squared_distances(g)
-        # Only a response with (near-)coincident steps can have fewer distinct rows than steps.
-        k = kmeans_k(len(x), _n_distinct(x), k_rule) if min_off < 1e-6 else k_of[len(x)]
-        n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
-        if n_trials > _U_COLUMNS:
-            raise ValueError(f"k = {k} clusters needs {n_trials} k-means++ trials; at most {_U_COLUMNS} are drawn")
-        out[i] = kmeans_labels(g, d2, k, u, n_trials, max_iter)
-
-    def hdbscan_one(i: int) -> None:
-        # HDBSCAN distances in float64 as scikit-learn computes them (ties break alike).
-        x = np.ascontiguousarray(xs[i], dtype=np.float64)
-        out[i] = _hdbscan_labels(x, _gram(x, i), lengths[i])
+    def one(i: int) -> None:
+        out[i] = labeler(xs[i], i, shared)
 
     for i in lengths:
         xs[i] = np.ascontiguousarray(xs[i])
-    one = kmeans_one if method == "kmeans" else hdbscan_one
     if (threads or 1) > 1 and len(lengths) > 1:
         with limited(1):  # `threads` responses at a time, one BLAS thread each: no more threads than asked for
             run_each(list(lengths), one, threads)

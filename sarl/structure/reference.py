@@ -23,7 +23,14 @@ from collections import deque
 
 import numpy as np
 
-from sarl.structure.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, hdbscan_params, kmeans_draws, kmeans_k
+from sarl.structure.cluster import (
+    DEFAULT_K_RULE,
+    check_k_rule,
+    hdbscan_params,
+    kmeans_draws,
+    kmeans_k,
+    method_labeler,
+)
 
 # Distances below this count as duplicates in the k-means++ seeding (as the compiled `_ZERO`).
 DUPLICATE = 1e-12
@@ -219,6 +226,35 @@ def _n_distinct(x: np.ndarray) -> int:
     return len({row.tobytes() for row in x})
 
 
+def kmeans_reference(x: np.ndarray, seed: int, k_rule: str, max_iter: int, gram=gram) -> np.ndarray:
+    """KMeans of one response's M >= 2 steps: k = the k rule's, capped at the distinct steps, greedy k-means++ from
+    the seeded draws, then Lloyd iterations (`sarl.structure.cluster.kmeans_response`)."""
+    g = gram(np.ascontiguousarray(x))
+    d2, _, finite = squared_distances(g)
+    if not finite:  # finite steps whose squares overflow float32: float64
+        g = gram(np.ascontiguousarray(x, dtype=np.float64))
+        d2, _, finite = squared_distances(g)
+        if not finite:
+            raise ValueError("embeddings have squared norms beyond float64's range; normalise the embeddings")
+    k = kmeans_k(len(x), _n_distinct(x), k_rule)
+    n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
+    return kmeans_labels(g, d2, k, kmeans_draws(seed, k), n_trials, max_iter)
+
+
+def hdbscan_reference(x: np.ndarray, seed: int, k_rule: str, max_iter: int, gram=gram) -> np.ndarray:
+    """HDBSCAN of one response's M >= 2 steps with `hdbscan_params`, distances in float64 as scikit-learn computes
+    them (`sarl.structure.cluster.hdbscan_response`)."""
+    x = x.astype(np.float64)
+    min_cluster_size, min_samples = hdbscan_params(len(x))
+    src, dst, dist = hdbscan_mst(x @ x.T, np.einsum("ij,ij->i", x, x), min_samples)
+    order = np.argsort(dist)  # numpy's default sort, as scikit-learn sorts its edges
+    return hdbscan_tree_labels(src[order], dst[order], dist[order], min_cluster_size)
+
+
+# The plain version of each method of `sarl.structure.cluster.LABELERS`, by the same name.
+REFERENCE = {"kmeans": kmeans_reference, "hdbscan": hdbscan_reference}
+
+
 def cluster_steps(
     embeddings: np.ndarray,
     method: str = "kmeans",
@@ -227,13 +263,13 @@ def cluster_steps(
     max_iter: int = 300,
     gram=gram,
 ) -> np.ndarray:
-    """One label per step of one response (SARL Eq. 3, App. A.1; decisions §1.3): KMeans with k = the k rule's,
-    capped at the distinct steps, or HDBSCAN with `hdbscan_params`; fewer than two steps: one cluster. Mirrors
-    `sarl.structure.cluster.cluster_steps`. `gram` makes the KMeans Gram matrix: numpy's product by default, whose
-    rounding can break a near tie otherwise than the compiled kernel's; pass `sarl.structure.gram.gram` for the
-    compiled path's labels exactly."""
-    if method not in METHODS:
-        raise ValueError(f"clustering method {method!r} not found; choose one of: {', '.join(METHODS)}")
+    """One label per step of one response (SARL Eq. 3, App. A.1; decisions §1.3) by `REFERENCE[method]`; fewer than
+    two steps: one cluster. Mirrors `sarl.structure.cluster.cluster_steps`. `gram` makes the KMeans Gram matrix:
+    numpy's product by default, whose rounding can break a near tie otherwise than the compiled kernel's; pass
+    `sarl.structure.gram.gram` for the compiled path's labels exactly."""
+    method_labeler(method)  # the same methods as the compiled path, the same error
+    if method not in REFERENCE:
+        raise ValueError(f"clustering method {method!r} has no plain version in sarl.structure.reference.REFERENCE")
     check_k_rule(k_rule, method)
     x = np.asarray(embeddings)
     if x.dtype not in (np.float32, np.float64):
@@ -242,25 +278,9 @@ def cluster_steps(
         raise ValueError(f"embeddings must be a 2-D array (steps x dim), got shape {x.shape}")
     if not np.isfinite(x).all():
         raise ValueError("embeddings contain NaN or infinite values")
-    m = len(x)
-    if m < 2:
-        return np.zeros(m, dtype=np.int64)
-    if method == "hdbscan":
-        x = x.astype(np.float64)  # HDBSCAN's distances in float64, as scikit-learn computes them
-        min_cluster_size, min_samples = hdbscan_params(m)
-        src, dst, dist = hdbscan_mst(x @ x.T, np.einsum("ij,ij->i", x, x), min_samples)
-        order = np.argsort(dist)  # numpy's default sort, as scikit-learn sorts its edges
-        return hdbscan_tree_labels(src[order], dst[order], dist[order], min_cluster_size)
-    g = gram(np.ascontiguousarray(x))
-    d2, _, finite = squared_distances(g)
-    if not finite:  # finite steps whose squares overflow float32: float64
-        g = gram(np.ascontiguousarray(x, dtype=np.float64))
-        d2, _, finite = squared_distances(g)
-        if not finite:
-            raise ValueError("embeddings have squared norms beyond float64's range; normalise the embeddings")
-    k = kmeans_k(m, _n_distinct(x), k_rule)
-    n_trials = 2 + int(math.log(k))  # scikit-learn's local trials of greedy k-means++
-    return kmeans_labels(g, d2, k, kmeans_draws(seed, k), n_trials, max_iter)
+    if len(x) < 2:
+        return np.zeros(len(x), dtype=np.int64)
+    return REFERENCE[method](x, seed=seed, k_rule=k_rule, max_iter=max_iter, gram=gram)
 
 
 def sklearn_hdbscan_labels(embeddings: np.ndarray, algorithm: str = "brute") -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 
 from sarl.contract.reward import RewardFunction, RewardOutput, RolloutBatch
 from sarl.contract.threads import limited
-from sarl.structure.cluster import DEFAULT_K_RULE, METHODS, check_k_rule, cluster_batch, load_kernels
+from sarl.structure.cluster import DEFAULT_K_RULE, check_k_rule, cluster_batch, load_kernels, method_labeler
 from sarl.structure.embed.base import Embedder
 from sarl.structure.graph import VARIANTS, GraphMetrics, graph_metrics_batch
 from sarl.structure.steps import NO_THINK_MODES, ParsedSteps, parse_steps
@@ -113,8 +113,7 @@ class StructureReward(RewardFunction):
         super().__init__(threads)
         if variant not in VARIANTS:
             raise ValueError(f"structure reward variant {variant!r} not found; choose one of: {', '.join(VARIANTS)}")
-        if clustering not in METHODS:
-            raise ValueError(f"clustering method {clustering!r} not found; choose one of: {', '.join(METHODS)}")
+        method_labeler(clustering)  # a ValueError naming the methods there are
         check_k_rule(k_rule, clustering)
         if no_think not in NO_THINK_MODES:
             raise ValueError(f"no_think={no_think!r} is not valid; choose one of: {', '.join(NO_THINK_MODES)}")
