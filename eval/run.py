@@ -92,14 +92,12 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     name = run_name(cfg)
     ckpt = str(cfg.ckpt)
     trained_by = training_run(ckpt)
-    kind = model_kind(cfg) if str(cfg.get("model_kind") or "auto") != "auto" else "trained" if trained_by else "base"
+    chosen = str(cfg.get("model_kind") or "auto") != "auto"
+    kind = model_kind(cfg) if chosen else "trained" if trained_by else "base"
     plan = resolve_plan(cfg, kind)  # the prompts of this kind of model (a protocol may ask base models otherwise)
     if plan.by_kind:
-        why = (
-            "model_kind"
-            if str(cfg.get("model_kind") or "auto") != "auto"
-            else ("auto: a sarl.train run wrote it" if trained_by else "auto: no sarl.train run wrote it")
-        )
+        auto = "auto: a sarl.train run wrote it" if trained_by else "auto: no sarl.train run wrote it"
+        why = "model_kind" if chosen else auto
         log.info("a %s model (%s): %s asked as the protocol asks %s models", kind, why, ", ".join(plan.by_kind), kind)
     if trained_by and not cfg.name:
         log.info("run name %s: the row of the training run %s (name=NAME for another)", name, trained_by["run_dir"])
