@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from sarl.backends.base import backend_for
 from sarl.launch.compose import compose_user_config
-from sarl.launch.pipeline import split_stage_overrides, stages_of
+from sarl.launch.pipeline import split_stage_overrides, stage_configs
 from sarl.runtime.checks import Check
 from sarl.runtime.errors import report_user_errors
 from sarl.runtime.hub import offline_if_unreachable, offline_note
@@ -48,13 +48,9 @@ def sft_stage_checks(
     plan of a verl SFT stage)."""
     if not cfg.get("pipeline"):
         return []
-    common, per_stage = split_stage_overrides(overrides)
-    user = [o for o in common if not o.startswith(("run_dir=", "pipeline="))]
     out = []
-    for stage in stages_of(cfg):
+    for stage, stage_cfg in stage_configs(cfg, overrides):
         name = stage["name"]
-        own = per_stage.get(name, [])
-        stage_cfg, _ = compose_user_config([*user, *stage["overrides"], *own, "pipeline=null"], named=[*user, *own])
         backend = backend_for(stage_cfg)
         out += backend.stage_checks(stage_cfg, run_dir / name, f"{experiment}/{name}", name, allow_download)
     return out

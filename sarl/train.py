@@ -26,6 +26,7 @@ from sarl.contract.reward import reward_class
 from sarl.launch import sweep
 from sarl.launch.compose import check_model_paths, compose_user_config
 from sarl.launch.format_preflight import check_format
+from sarl.launch.inputs import refuses_samples, shipped_sample
 from sarl.launch.pipeline import run_pipeline, split_stage_overrides
 from sarl.runtime import torch_threads
 from sarl.runtime.checks import raise_failed
@@ -45,35 +46,13 @@ class UnsupportedOnBackend(RuntimeError):
     reason."""
 
 
-SAMPLES = "pkg://sarl.samples/"  # the hand-written sample sets shipped in the package (sarl/samples/)
-
-
-def shipped_sample(cfg: DictConfig) -> tuple[str, str] | None:
-    """(data key, value) of a data file of the run that is one of the package's sample sets, or None."""
-    for key in ("sft_files", "train_files", "trl_train_files", "dpo_files"):
-        value = cfg.data.get(key)
-        if isinstance(value, str) and value.startswith(SAMPLES):
-            return f"data.{key}", value
-    return None
-
-
-def is_paper_row(cfg: DictConfig, choices: dict[str, Any]) -> bool:
-    """A row that reproduces a paper's table or figure: a conf/exp/*_paper.yaml file, or one naming a table."""
-    paper = cfg.get("paper") or {}
-    return str(choices.get("exp") or "").endswith("_paper") or bool(paper.get("tables"))
-
-
 def check_paper_data(cfg: DictConfig, choices: dict[str, Any]) -> None:
     """Before a real run: a paper row does not train on the package's sample sets (they serve a back end that
     declares `backend.sample_data: true`, backend=verl_cpu, dry runs and the tiny test policy), which would pass every
     size check on a cluster and train silently."""
     backend = cfg.backend.name
     sample = shipped_sample(cfg)
-    if (
-        sample
-        and is_paper_row(cfg, choices)
-        and not (cfg.backend.get("sample_data") or cfg.train.dry_run or cfg.model.get("build"))
-    ):
+    if sample and refuses_samples(cfg, choices):
         key, value = sample
         raise UserError(
             f"{key}={value} is the handful of sample traces shipped with the package, not the paper's set: a paper "

@@ -8,9 +8,12 @@ Models are the exact ids the row composes: the policy (`model.path`, `model.toke
 of a reward that embeds (`embedding.model`, served by `embedding_server` when its url is `auto`), every weight file
 of each (`huggingface_hub.snapshot_download`) into the Hugging Face cache (HF_HOME / HF_HUB_CACHE; HF_ENDPOINT's
 Hub). Local directories, the bundled MiniLM and the policy being trained are the run's own and are only checked.
-Data sets are the prepared files the row reads (`data.train_files`, `data.val_files`; `data.trl_train_files` on
-TRL): each one under `paths.data_dir` is built by `python -m sarl.data.prepare dataset=NAME` (NAME: its folder, a
-file of conf/data/); a file elsewhere is the user's and is only checked.
+Data sets are the files the row reads (`data.train_files`, `data.val_files`, `data.sft_files`, `data.dpo_files`;
+`data.trl_train_files` on TRL): each one under `paths.data_dir` is built by `python -m sarl.data.prepare
+dataset=NAME` (NAME: its folder, a file of conf/data/); a package sample set that a paper row refuses is listed with
+the command that writes the paper's set (a teacher run: listed, not run); a file elsewhere is the user's and is only
+checked. A pipeline row's stages are each composed as the pipeline composes them (`STAGE:key=value` applies to that
+stage); a stage that starts from an earlier one loads that stage's model.
 
 The exit status is 0 when everything is here (after the download), 1 when something is still missing.
 """
@@ -22,6 +25,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -29,6 +33,7 @@ from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config, prepare
 from sarl.data.sources import DataSourceError
 from sarl.launch.compose import compose_user_config
+from sarl.launch.pipeline import split_stage_overrides, stage_configs
 from sarl.runtime.errors import UserError, report_user_errors
 from sarl.runtime.hub import hub_url, looks_like_local_path, offline_if_unreachable
 from sarl.runtime.usage import Usage, asks_for_help, usage
@@ -77,38 +82,90 @@ def row_models(cfg: DictConfig) -> list[str]:
     return out
 
 
-def row_data(cfg: DictConfig) -> list[Need]:
-    """The prepared data files the composed row reads, each with the command that builds it."""
+SAMPLES = "pkg://sarl.samples/"  # the hand-written sample sets shipped in the package (sarl/samples/)
+DATA_KEYS = ("train_files", "val_files", "sft_files", "dpo_files")  # + trl_train_files on TRL
+
+
+def shipped_sample(cfg: DictConfig) -> tuple[str, str] | None:
+    """(data key, value) of a data file of the run that is one of the package's sample sets, or None."""
+    for key in ("sft_files", "train_files", "trl_train_files", "dpo_files"):
+        value = cfg.data.get(key)
+        if isinstance(value, str) and value.startswith(SAMPLES):
+            return f"data.{key}", value
+    return None
+
+
+def is_paper_row(cfg: DictConfig, choices: dict[str, Any]) -> bool:
+    """A row that reproduces a paper's table or figure: a conf/exp/*_paper.yaml file, or one naming a table."""
+    paper = cfg.get("paper") or {}
+    return str(choices.get("exp") or "").endswith("_paper") or bool(paper.get("tables"))
+
+
+def refuses_samples(cfg: DictConfig, choices: dict[str, Any]) -> bool:
+    """Whether the run may not train on the package's sample sets: a paper row on a back end that does not declare
+    `backend.sample_data: true` (backend=verl_cpu), not a dry run, not the tiny policy (sarl.train refuses it)."""
+    return is_paper_row(cfg, choices) and not (
+        cfg.backend.get("sample_data") or cfg.train.dry_run or cfg.model.get("build")
+    )
+
+
+def row_data(cfg: DictConfig, choices: dict[str, Any] | None = None, stage: str = "") -> list[Need]:
+    """The data files the composed row (or its pipeline's `stage`) reads, each with the command that makes it: a
+    prepared set `sarl.data.prepare` builds, a sample set a paper row refuses (the command that writes the full set,
+    its data group's `synthesize_hint`), or a file of the user's own (no command)."""
     data_dir = Path(str(cfg.paths.data_dir)).expanduser().resolve()
-    keys = ["train_files", "val_files"] + (["trl_train_files"] if cfg.backend.get("name") == "trl" else [])
+    keys = [*DATA_KEYS, *(["trl_train_files"] if cfg.backend.get("name") == "trl" else [])]
+    prefix = f"{stage}:" if stage else ""
     out: list[Need] = []
     for key in keys:
         value = cfg.data.get(key)
-        if not value or str(value).startswith("pkg://"):  # shipped with the package
+        if not value:
+            continue
+        if str(value).startswith("pkg://"):  # shipped with the package: fine unless a paper row would train on it
+            if str(value).startswith(SAMPLES) and choices is not None and refuses_samples(cfg, choices):
+                how = cfg.data.get("synthesize_hint") or "write the paper's set"
+                out.append(Need("data", f"{prefix}data.{key}", str(value), f"{how}, then {prefix}data.{key}=PATH"))
             continue
         path = Path(str(value)).expanduser().resolve()
         name = path.relative_to(data_dir).parts[0] if path.is_relative_to(data_dir) else None
         if name is None or not (CONF_DATA / f"{name}.yaml").is_file():
-            out.append(Need("data", f"data.{key}", str(path), None))
+            out.append(Need("data", f"{prefix}data.{key}", str(path), None))
             continue
         fetch = f"python -m sarl.data.prepare dataset={name} paths.data_dir={shlex.quote(str(data_dir))}"
-        if all(n.fetch != fetch for n in out):
-            out.append(Need("data", name, str(path), fetch, str(data_dir)))
+        out.append(Need("data", name, str(path), fetch, str(data_dir)))
     return out
 
 
-def row_inputs(cfg: DictConfig) -> list[Need]:
-    """Every input of the composed row (`row_models`, `row_data`)."""
-    models = []
-    for name in row_models(cfg):
+def row_inputs(
+    cfg: DictConfig, choices: dict[str, Any] | None = None, stage: str = "", models: bool = True
+) -> list[Need]:
+    """Every input of the composed row or stage (`row_models` unless `models` is False, `row_data`)."""
+    needs = []
+    for name in row_models(cfg) if models else []:
         own = looks_like_local_path(name)
-        models.append(Need("model", name, name, None if own else f"hf download {name}"))
-    return models + row_data(cfg)
+        needs.append(Need("model", name, name, None if own else f"hf download {name}"))
+    return needs + row_data(cfg, choices, stage)
+
+
+def inputs_of(cfg: DictConfig, choices: dict[str, Any], overrides: list[str]) -> list[Need]:
+    """The inputs of a row, or of each stage of a pipeline row (composed as sarl.launch.pipeline composes them; a
+    stage that starts from an earlier one loads that stage's model, not one of the Hub's), each once."""
+    if cfg.get("pipeline"):
+        needs = []
+        for stage, stage_cfg in stage_configs(cfg, overrides):
+            needs += row_inputs(stage_cfg, choices, stage["name"], models=not stage["init_from"])
+    else:
+        needs = row_inputs(cfg, choices)
+    out: list[Need] = []
+    for need in needs:
+        if all((n.kind, n.path, n.fetch) != (need.kind, need.path, need.fetch) for n in out):
+            out.append(need)
+    return out
 
 
 def download(need: Need) -> None:
     """Fetch one input: a model's every file from the Hub into the cache, a data set through sarl.data.prepare."""
-    if need.fetch is None:
+    if need.fetch is None or (need.kind == "data" and need.data_dir is None):  # the user's own, or a teacher run
         return
     if need.kind == "model":
         from huggingface_hub import snapshot_download
@@ -169,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     fetch = "--download" in argv
     overrides = [a for a in argv if a != "--download"]
     offline_if_unreachable()
-    cfg, _ = compose_user_config(overrides)
-    needs = row_inputs(cfg)
+    cfg, choices = compose_user_config(split_stage_overrides(overrides)[0])  # `STAGE:key=value`: that stage's only
+    needs = inputs_of(cfg, choices, overrides)
     if fetch:
         for need in needs:
             if not need.here():

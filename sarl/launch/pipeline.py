@@ -113,6 +113,20 @@ def mark_done(stage_dir: Path, name: str, checkpoint: Path) -> None:
     tmp.replace(stage_dir / DONE_MARKER)
 
 
+def stage_configs(cfg: DictConfig, overrides: list[str]) -> list[tuple[dict[str, Any], DictConfig]]:
+    """Each stage of a pipeline row with its config, composed as `run_pipeline` composes it (the command line's
+    overrides, the stage's own, then its `STAGE:` ones), before any stage ran: a stage that starts from an earlier
+    one (`init_from`) still names the row's model here."""
+    common, per_stage = split_stage_overrides(overrides)
+    user = [o for o in common if not o.startswith(("run_dir=", "pipeline="))]
+    out = []
+    for stage in stages_of(cfg):
+        own = per_stage.get(stage["name"], [])
+        stage_cfg, _ = compose_user_config([*user, *stage["overrides"], *own, "pipeline=null"], named=[*user, *own])
+        out.append((stage, stage_cfg))
+    return out
+
+
 def run_pipeline(
     cfg: DictConfig,
     experiment: str,

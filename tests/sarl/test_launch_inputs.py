@@ -60,3 +60,34 @@ def test_a_user_s_own_files_are_listed_without_a_fetch(tmp_path):
     assert mine and mine[0].fetch is None and mine[0].data_dir is None and not mine[0].here()
     Path(own).write_bytes(b"")
     assert mine[0].here()
+
+
+def test_a_pipeline_row_lists_each_stage_s_inputs_and_the_sample_set_a_paper_row_refuses(tmp_path, capsys):
+    """lcs_paper: the SFT stage trains on a set a teacher writes (the package's sample traces stand in for it, which
+    a paper row refuses), the RL stage on prepared sets, both from the row's model; the RL stage's model is the SFT
+    stage's, not one to download."""
+    args = ["+exp=lcs_paper", f"paths.data_dir={tmp_path}"]
+    assert inputs.main(args) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0]
+        == "✗ model deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B  -> hf download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    )
+    assert out[1] == (
+        "✗ data  sft:data.sft_files (pkg://sarl.samples/sft/structured.jsonl)  -> python -m sarl.data.synthesize "
+        "recipe=structured, then sft:data.sft_files=PATH"
+    )
+    assert any(line.startswith("✗ data  deepscaler_structured (") for line in out) and len(out) == 4
+    traces = tmp_path / "structured.jsonl"
+    traces.write_text("{}\n")
+    assert inputs.main([*args, f"sft:data.sft_files={traces}"]) == 1
+    assert f"✓ data  sft:data.sft_files ({traces})" in capsys.readouterr().out.splitlines()
+
+
+def test_download_leaves_a_teacher_run_to_the_user(tmp_path, monkeypatch):
+    cfg, choices = compose_user_config(["+exp=lcs_paper", f"paths.data_dir={tmp_path}"])
+    needs = inputs.inputs_of(cfg, choices, ["+exp=lcs_paper"])
+    (sft,) = [n for n in needs if n.name == "sft:data.sft_files"]
+    monkeypatch.setattr(inputs, "prepare", lambda c: pytest.fail("a teacher's set is not prepared"))
+    inputs.download(sft)  # nothing runs: the table keeps saying what to run
+    assert not sft.here()
