@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from sarl.checking.code.wire import WireError, wire_frame, wire_loads
 
@@ -87,14 +87,14 @@ class Judge:
                     os.close(fd)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self.proc = ProgramRun._popen(
+                self.proc = start_side(
                     [box.python, "-I", "-S", "-c", JUDGE_SOURCE],
                     box._limits(runner=False),
                     (),
                     JUDGE_UID if box.as_root else None,
                     cwd=self.dir,
                     stderr=self.err,
-                    env={"HOME": self.dir, "TMPDIR": self.dir},
+                    env={"HOME": self.dir, "TMPDIR": self.dir, "LANG": "C.UTF-8"},
                     stdin=theirs,
                 )
             finally:
@@ -171,78 +171,155 @@ def close_judges() -> None:
 atexit.register(close_judges)
 
 
-class ProgramRun:
-    """One program's runner, its pipes to the judge, and the loop that feeds, reads and times them."""
+def start_side(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> subprocess.Popen:
+    """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so the
+    parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process that holds
+    torch, measured), the fallback where setpriv is missing. `join`: wraps the whole command so that it starts
+    inside the program's cgroup (as root, before the uid is dropped)."""
+    user: dict = {}
+    if uid is not None and SETPRIV:
+        argv = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+    elif uid is not None:
+        user = {"user": uid, "group": uid, "extra_groups": []}
+    argv = [*argv, limits]
+    return subprocess.Popen(
+        join(argv) if join else argv,
+        stdin=stdin,
+        stdout=subprocess.PIPE if stderr is subprocess.STDOUT else subprocess.DEVNULL,
+        stderr=stderr,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},  # no LANG: setpriv's locale files cost 0.4 ms a start
+        start_new_session=True,
+        pass_fds=fds,
+        **user,
+    )
 
-    def __init__(self, box: Any, program: str, problem: Any, slot: int, judge: Judge) -> None:
-        self.box, self.judge = box, judge
-        self.runner_uid = box.uid_base + slot if box.as_root else None
+
+class Runner:
+    """One program's untrusted process: runner.py in bubblewrap as the uid of a slot of its own, in a cgroup of its
+    own, with its two pipes to a judge. It may be started before its program is known (`Sandbox.run_many` starts a
+    worker's next runner while the worker's current program runs), waiting for the program on its stdin with no
+    code of anyone's run yet; it then serves exactly one program (`ProgramRun`) and is stopped. A runner given no
+    program is stopped the same way: none is ever reused."""
+
+    def __init__(self, box: Any, slots: Any) -> None:
+        self.box, self.slots, self.owner = box, slots, os.getpid()
+        self.slot: int | None = slots.take()
+        self.uid = box.uid_base + self.slot if box.as_root else None
+        self.proc: subprocess.Popen | None = None
+        self.cgroup = None
+        self.oom_before, self.oom_killed = 0, False
+        self.deferred = False  # handed to a `stop_later` after its verdict (ProgramRun.finish)
+        self.judge_fds: tuple[int, ...] = ()
         req_r, req_w = os.pipe()  # judge -> runner: requests
         rep_r, rep_w = os.pipe()  # runner -> judge: replies
-        self.runner = None
-        groups = box.cgroups()
-        self.cgroup = groups.slot(slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3) if groups else None
-        self.oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        self.judge_fds = (req_w, rep_r)
         try:
-            runner_fds = json.dumps([req_r, rep_w])
-            self.runner = self._popen(
-                [
-                    *box._bwrap_argv(),
-                    box.python,
-                    "-I",
-                    "-S",
-                    "-c",
-                    with_fds(RUNNER_BOOT, runner_fds),
-                ],  # fmt: skip
+            groups = box.cgroups()
+            if groups:
+                self.cgroup = groups.slot(self.slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3)
+                self.oom_before = self.cgroup.oom_kills()
+            boot = with_fds(RUNNER_BOOT, json.dumps([req_r, rep_w]))
+            self.proc = start_side(
+                [*box._bwrap_argv(), box.python, "-I", "-S", "-c", boot],
                 box._limits(runner=True),
                 (req_r, rep_w),
-                self.runner_uid,
+                self.uid,
                 cwd="/",
                 stderr=subprocess.STDOUT,
                 join=self.cgroup.join_argv if self.cgroup else None,
             )
-            job = {"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin, "cpu_s": box.cpu_s + 1}
-            judge.send(req_w, rep_r, job)
         except BaseException:
-            self._stop()
+            self.stop()
             raise
         finally:
-            for fd in (req_r, req_w, rep_r, rep_w):
-                os.close(fd)
+            os.close(req_r)
+            os.close(rep_w)
+
+    def oom_now(self) -> bool:
+        """Whether the kernel has killed a process of its cgroup for memory since it started."""
+        return self.cgroup is not None and self.cgroup.oom_kills() > self.oom_before
+
+    def ready(self) -> bool:
+        """Started by this process, still running, and given no program yet."""
+        return self.owner == os.getpid() and bool(self.judge_fds) and self.proc is not None and self.proc.poll() is None
+
+    def hand_to(self, judge: Judge, job: dict) -> None:
+        """Give the judge this runner's pipe ends and the job (the runner's program goes on its stdin)."""
+        try:
+            judge.send(*self.judge_fds, job)
+        finally:
+            self._close_judge_fds()
+
+    def _close_judge_fds(self) -> None:
+        fds, self.judge_fds = self.judge_fds, ()
+        for fd in fds:
+            os.close(fd)
+
+    def stop(self, finished: bool = False) -> None:
+        """End it (idempotent). After a finished judge the runner, whose wire is closed, exits by itself in a few ms;
+        its exit (bwrap's, after the pid namespace is torn down) means no process of it is left. A runner that had
+        to be killed is waited for by its uid (root) until none of its processes is left. Then its OOM kills are
+        read, its cgroup released (removed once the kernel has emptied it) and its slot given back."""
+        self._close_judge_fds()
+        killed = False
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            if finished:
+                wait_exit(proc, 0.2)
+            if proc.poll() is None:
+                killed = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session): group id = its pid
+                except (ProcessLookupError, PermissionError):
+                    pass
+            proc.wait()
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
+        if killed and self.uid is not None:
+            wait_uid_gone(self.uid)
+        if self.cgroup is not None:
+            self.oom_killed = self.oom_killed or self.oom_now()
+            self.box.cgroups().release(self.cgroup)
+            self.cgroup = None
+        if self.slot is not None:
+            self.slots.give(self.slot)
+            self.slot = None
+
+    def __del__(self) -> None:  # a spare nobody took (its worker ended)
+        try:
+            if self.owner == os.getpid():
+                self.stop()
+        except Exception:
+            pass
+
+
+class ProgramRun:
+    """One program on its runner: the job handed to the judge, and the loop that feeds, reads and times them."""
+
+    def __init__(self, box: Any, program: str, problem: Any, runner: Runner, judge: Judge) -> None:
+        self.box, self.judge, self.runner = box, judge, runner
+        assert runner.proc is not None
+        self.proc = runner.proc
+        job = {"tests": problem.tests, "prelude": problem.prelude, "script": problem.stdin, "cpu_s": box.cpu_s + 1}
+        runner.hand_to(judge, job)
         self.inputs = {
-            self.runner.stdin: wire_frame({"program": program, "prelude": problem.prelude, "script": problem.stdin}),
+            self.proc.stdin: wire_frame({"program": program, "prelude": problem.prelude, "script": problem.stdin}),
         }
 
-    @staticmethod
-    def _popen(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> subprocess.Popen:
-        """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so
-        the parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process
-        that holds torch, measured), the fallback where setpriv is missing. `join`: wraps the whole command so
-        that it starts inside the program's cgroup (as root, before the uid is dropped)."""
-        user: dict = {}
-        if uid is not None and SETPRIV:
-            argv = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
-        elif uid is not None:
-            user = {"user": uid, "group": uid, "extra_groups": []}
-        argv = [*argv, limits]
-        return subprocess.Popen(
-            join(argv) if join else argv,
-            stdin=stdin,
-            stdout=subprocess.PIPE if stderr is subprocess.STDOUT else subprocess.DEVNULL,
-            stderr=stderr,
-            cwd=cwd,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})},
-            start_new_session=True,
-            pass_fds=fds,
-            **user,
-        )
-
-    def finish(self) -> Finished:
+    def finish(self, stop_later: Callable[[Runner], object] | None = None) -> Finished:
         """Feed, read and time the runner and the judge until the judge's verdict, the timeout or the output cap;
         then stop the runner and say how the run ended. A judge that gave no verdict is stopped too (its exit
-        status is kept: SIGXCPU is the tests' CPU time); the caller replaces a judge that is not `alive`."""
+        status is kept: SIGXCPU is the tests' CPU time); the caller replaces a judge that is not `alive`.
+
+        `stop_later`: after a verdict on a runner that is still there (its wire closed, it is exiting), hand it to
+        this instead of waiting the 2 ms of its namespaces' teardown here; its OOM kills are read first (a kill
+        during the run is counted before the judge can see its effect). Every other run is stopped here."""
         why, output, verdict_bytes = "harness", b"", b""
         verdict, judge_err, judge_status = None, b"", None
+        later = False
         try:
             why, output, verdict_bytes = self._loop()
             verdict = read_verdict(verdict_bytes) if not why else None
@@ -250,12 +327,16 @@ class ProgramRun:
             if verdict is None:  # no verdict (timeout, output cap, a judge that died): this judge is done
                 judge_err = self.judge.err_tail()
                 judge_status = self.judge.close()
-            self._stop(finished=verdict is not None)
-        runner_status = self._runner_status(verdict)
-        oom = self.cgroup is not None and self.cgroup.oom_kills() > self.oom_before
-        if self.cgroup is not None:
-            self.cgroup.remove()
-        return Finished(why, output, verdict, judge_err, runner_status, judge_status, oom)
+            later = stop_later is not None and verdict is not None and verdict.get("gone") is not True
+            if later:
+                self.runner.deferred = True
+                self.runner.oom_killed = self.runner.oom_now()
+                stop_later(self.runner)
+            else:
+                self.runner.stop(finished=verdict is not None)
+        # a stopped runner has been waited for: its status is how it ended (read only when the judge found it gone)
+        runner_status = None if later else self.proc.returncode
+        return Finished(why, output, verdict, judge_err, runner_status, judge_status, self.runner.oom_killed)
 
     def _loop(self) -> tuple[str, bytes, bytes]:
         box, deadline = self.box, time.monotonic() + self.box.timeout_s
@@ -264,7 +345,7 @@ class ProgramRun:
             for pipe, data in self.inputs.items():
                 os.set_blocking(pipe.fileno(), False)
                 sel.register(pipe, selectors.EVENT_WRITE, memoryview(data))
-            sel.register(self.runner.stdout, selectors.EVENT_READ, "out")
+            sel.register(self.proc.stdout, selectors.EVENT_READ, "out")
             sel.register(self.judge.sock, selectors.EVENT_READ, "verdict")
             while not _whole_frame(verdict):
                 left = deadline - time.monotonic()
@@ -301,40 +382,27 @@ class ProgramRun:
                             return "", bytes(head), b""
         return "", bytes(head), bytes(verdict)
 
-    def _runner_status(self, verdict: dict | None) -> int | None:
-        """The runner's exit status when the judge found it gone (it exits only then or when the judge closes
-        the wire); None while it still runs."""
-        if verdict is not None and verdict.get("gone") is True:
-            try:
-                return self.runner.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                return None
-        return self.runner.poll() if self.runner is not None else None
 
-    def _stop(self, finished: bool = False) -> None:
-        """Kill the runner. After a finished judge the runner, whose wire is closed, exits by itself in a few
-        ms; its exit (bwrap's, after the pid namespace is torn down) means no process of it is left. A runner that
-        had to be killed is waited for by its uid (root) until none of its processes is left."""
-        killed = False
-        proc = self.runner
-        if proc is not None:
-            if finished:
-                try:
-                    proc.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    pass
-            if proc.poll() is None:
-                killed = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session): group id = its pid
-                except (ProcessLookupError, PermissionError):
-                    pass
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None and not pipe.closed:
-                    pipe.close()
-        if killed and self.runner_uid is not None:
-            wait_uid_gone(self.runner_uid)
+def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """`proc`'s exit status once it ends within `timeout_s`, else None. Woken by the kernel when it exits (a pidfd),
+    where Popen.wait(timeout) polls with sleeps that double from 0.5 ms: a runner that takes 1.6 ms to end would be
+    seen at 3.5 ms."""
+    if proc.poll() is not None:
+        return proc.returncode
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # before Linux 5.3, or the process was already reaped
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(pidfd, selectors.EVENT_READ)
+            sel.select(timeout_s)
+    finally:
+        os.close(pidfd)
+    return proc.poll()
 
 
 def _whole_frame(data: bytearray) -> bool:

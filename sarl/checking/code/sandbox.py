@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -41,11 +42,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sarl.checking.code.cgroup import Cgroups
-from sarl.checking.code.process import RUNNER_CODE, Finished, Judge, ProgramRun, runner_code
+from sarl.checking.code.process import RUNNER_CODE, Finished, Judge, ProgramRun, Runner, runner_code
 
 JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
 OUTCOMES = ("passed", "failed", "syntax_error", "timeout", "memory", "output_limit", "crashed", "sandbox_error")
@@ -409,14 +411,58 @@ class Sandbox:
     def run_many(
         self, jobs: Sequence[tuple[str, CodeProblem | str]], max_workers: int | None = None
     ) -> list[RunResult]:
-        """`run` of every (program, problem), at most `max_workers` at once (default min(8, cores)), in order."""
+        """`run` of every (program, problem), at most `max_workers` at once (default min(8, cores)), in order.
+
+        Each worker starts its next program's runner while its current program runs (while enough jobs are left
+        for it to be used): the runner's start (bubblewrap and an interpreter, 10 ms) leaves the critical path. That
+        runner serves one program, as every runner does; a spare left over when the jobs end is stopped. A runner
+        whose program has its verdict is stopped beside the next program (`ProgramRun.finish`'s `stop_later`), and
+        every one is stopped before this returns: nothing of the jobs outlives the call."""
         if not jobs:
             return []
         workers = max(1, min(max_workers or min(8, os.cpu_count() or 1), len(jobs)))
-        if workers == 1:
-            return [self.run(p, t) for p, t in jobs]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
-            return list(pool.map(lambda job: self.run(job[0], job[1]), jobs))
+        results: list[RunResult | None] = [None] * len(jobs)
+        claims = itertools.count()
+        lock = threading.Lock()
+
+        def work(stop_later: Callable[[Runner], object]) -> None:
+            spare: Runner | None = None
+            try:
+                while True:
+                    with lock:
+                        i = next(claims)
+                    if i >= len(jobs):
+                        return
+                    runner, spare = spare, None
+                    if runner is None or not runner.ready():
+                        runner = self._start_runner(runner)
+                    if i + workers < len(jobs):  # another job is likely to come to this worker
+                        spare = self._start_runner(None)
+                    program, problem = jobs[i]
+                    problem = problem if isinstance(problem, CodeProblem) else CodeProblem(problem)
+                    results[i] = self._run(program, problem, runner, stop_later)
+            finally:
+                if spare is not None:
+                    spare.stop()
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-stop") as stops:
+            stop_later = partial(stops.submit, Runner.stop, finished=True)
+            if workers == 1:
+                work(stop_later)
+            else:
+                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+                    for future in [pool.submit(work, stop_later) for _ in range(workers)]:
+                        future.result()
+        return [r for r in results if r is not None]
+
+    def _start_runner(self, old: Runner | None) -> Runner | None:
+        """A fresh runner (None when it cannot start: `_run` then tries again and says why); `old` is stopped."""
+        if old is not None:
+            old.stop()
+        try:
+            return Runner(self, _SLOTS)
+        except OSError:
+            return None
 
     def _limits(self, runner: bool) -> str:
         if runner:
@@ -434,13 +480,20 @@ class Sandbox:
             {"rlimits": rlimits, "max_value_bytes": self.max_value_bytes, "max_output_bytes": self.max_output_bytes}
         )
 
-    def _run(self, program: str, problem: CodeProblem) -> RunResult:
+    def _run(
+        self,
+        program: str,
+        problem: CodeProblem,
+        runner: Runner | None = None,
+        stop_later: Callable[[Runner], object] | None = None,
+    ) -> RunResult:
         start = time.perf_counter()
-        slot = _SLOTS.take()
         try:
             judge = self._judge()
+            if runner is None or not runner.ready():
+                runner = self._start_runner(runner) or Runner(self, _SLOTS)  # the second try raises what failed
             try:
-                result = _classify(ProgramRun(self, program, problem, slot, judge).finish())
+                result = _classify(ProgramRun(self, program, problem, runner, judge).finish(stop_later))
             finally:
                 if judge.alive:
                     judge.tidy()
@@ -450,7 +503,8 @@ class Sandbox:
         except OSError as err:
             result = RunResult("sandbox_error", detail=f"{type(err).__name__}: {err}")
         finally:
-            _SLOTS.give(slot)
+            if runner is not None and not runner.deferred:
+                runner.stop()
         return RunResult(**{**result.__dict__, "wall_s": time.perf_counter() - start})
 
     def _judge(self) -> Judge:

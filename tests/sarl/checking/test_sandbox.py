@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sarl.checking.code.process import ProgramRun, Runner
 from sarl.checking.code.sandbox import (
+    _SLOTS,
     SLOTS_PER_PROCESS,
     CodeProblem,
     Sandbox,
@@ -664,8 +666,8 @@ def test_memory_and_processes_are_bounded_for_all_of_a_programs_processes():
     result = box.run(FORK_EIGHT, TESTS)
     assert result.outcome == "memory" and result.score() == 0.0, result
     assert run_as_program(box, RIGHT).outcome == "passed"
-    runs = groups.made.values()  # each run's group is removed after it
-    assert runs and not any(procs.parent.exists() for run in runs for procs in run.procs)
+    runs = groups.made.values()  # each run's group is removed once it is empty (at the latest by a sweep)
+    assert runs and groups.sweep(2.0) and not any(procs.parent.exists() for run in runs for procs in run.procs)
 
 
 WRITES = (
@@ -684,6 +686,48 @@ def test_every_writable_path_is_sized_and_counted_in_disk_mb(sandbox):
     tests += "assert w['/tmp'] >= 1 and w['/dev/shm'] + w['/tmp'] <= 16\n"
     result = sandbox.run(WRITES, tests)
     assert result.outcome == "passed", result
+
+
+FRESH = (
+    "import os\nseen = os.path.exists('/tmp/mark') or os.path.exists('/dev/shm/mark')\n"
+    "open('/tmp/mark', 'w').write('x')\nopen('/dev/shm/mark', 'w').write('x')\n"
+    "def add(a, b):\n    return a + b if not seen else 0\n"
+)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_run_many_starts_the_next_runner_early_and_never_reuses_one(sandbox, workers, monkeypatch):
+    """A worker starts its next program's runner while its current program runs; each runner serves one program
+    (a fresh /tmp and /dev/shm every time: no program sees a file of another) and the spares left when the jobs
+    end are stopped (`nothing_survives`)."""
+    served = []
+    started = ProgramRun.__init__
+
+    def record(self, box, program, problem, runner, judge):
+        served.append(runner)  # kept alive: ids of live objects are distinct
+        started(self, box, program, problem, runner, judge)
+
+    monkeypatch.setattr(ProgramRun, "__init__", record)
+    made = []
+    make = Runner.__init__
+    monkeypatch.setattr(Runner, "__init__", lambda self, *a: (made.append(self), make(self, *a))[1])
+    results = sandbox.run_many([(FRESH, TESTS)] * 7 + [(WRONG, TESTS)], workers)
+    assert [r.outcome for r in results] == ["passed"] * 7 + ["failed"], results
+    assert len({id(r) for r in served}) == len(served) == 8
+    assert 8 <= len(made) <= 8 + workers - 1  # one at a time: every runner started ahead served its program
+    assert sandbox_tasks(sandbox) == [] or survivors(sandbox) == []
+
+
+def test_a_spare_runner_that_died_before_its_program_is_replaced(sandbox):
+    """A runner started ahead that is gone when its program comes (killed, or its bubblewrap failed) is stopped and
+    a fresh one serves the program: its death is never the program's outcome."""
+    spare = Runner(sandbox, _SLOTS)
+    os.killpg(spare.proc.pid, 9)
+    spare.proc.wait()
+    assert not spare.ready()
+    result = sandbox._run(RIGHT, CodeProblem(TESTS), spare)
+    assert result.outcome == "passed", result
+    assert spare.slot is None and spare.proc.returncode is not None
 
 
 def test_one_judge_per_worker_serves_program_after_program_and_keeps_nothing_of_one_for_the_next():
