@@ -49,10 +49,22 @@ def _write(path: Path, value: str) -> None:
 
 @dataclass(frozen=True)
 class Slot:
-    """The groups of one run: the files the runner's pid is written into, and how to read its OOM kills."""
+    """The groups of one run: the files the runner's pid is written into, how to read its OOM kills, its tasks and
+    its memory, and the limits written into it."""
 
     procs: tuple[Path, ...]
     events: Path  # v2 memory.events / v1 memory.oom_control: its `oom_kill N` line
+    tasks: Path  # pids.current
+    usage: Path  # v2 memory.current / v1 memory.usage_in_bytes
+    limits: tuple[int, int]  # (memory bytes, tasks)
+
+    def quiet(self) -> bool:
+        """No task of any run is left in it and what memory is still charged to it (page cache its last run read)
+        is at most an eighth of its limit: a next run may start in it."""
+        try:
+            return int(self.tasks.read_text()) == 0 and int(self.usage.read_text()) <= self.limits[0] // 8
+        except (OSError, ValueError):
+            return False
 
     def join_argv(self, argv: list[str]) -> list[str]:
         """`argv` started inside the slot's groups: a shell writes its pid into each, then execs (exit 97 if not)."""
@@ -84,28 +96,41 @@ class Slot:
 
 
 class Cgroups:
-    """The parent groups this process makes its runs' groups under: a fresh child per run (a reused one can keep a
-    charge after its processes are gone, seen with the pids controller). A run's group is removed once it is empty:
-    at its release when it already is, else at the next run's start (`sweep`), and at exit. Nobody waits for the
-    kernel's teardown of a finished run (2.7 ms a run, measured: docs/results.md); no group is ever reused."""
+    """The parent groups this process makes its runs' groups under. A run's group is reused by a later run with the
+    same limits once it is `quiet` (no task left: a group with a dying task of its last run is never handed on,
+    its count would fall on the next program); making and removing a pair of v1 groups costs about 1 ms of the
+    kernel's time a run (measured: docs/results.md). Nobody waits for the kernel's teardown of a finished run:
+    a group that is not quiet yet waits in `idle`. Groups beyond `IDLE_MAX` are removed once empty (`sweep`), and
+    every group at exit. OOM kills are counted per run from the group's counter before the run."""
+
+    IDLE_MAX = 64
 
     def __init__(self, version: int, parents: dict[str, Path]) -> None:
         self.version, self.parents = version, parents
         self.made: dict[int, Slot] = {}
-        self.pending: list[Slot] = []  # released, not yet empty
+        self.idle: list[Slot] = []  # released, for the next run with the same limits
+        self.pending: list[Slot] = []  # to remove, not yet empty
         self._runs = itertools.count()
         self._lock = threading.Lock()
         atexit.register(self.remove)
 
     def release(self, run: Slot) -> None:
-        """The run is over: remove its groups now if they are empty, else at the next `sweep`."""
+        """The run is over: its groups wait for a next run (or are removed once empty, past IDLE_MAX)."""
+        with self._lock:
+            if len(self.idle) < self.IDLE_MAX:
+                self.idle.append(run)
+                return
         if not run.try_remove():
             with self._lock:
                 self.pending.append(run)
 
-    def sweep(self, wait_s: float = 0.0) -> bool:
-        """Remove the released groups that have emptied, trying for at most `wait_s` (True when none is left)."""
+    def sweep(self, wait_s: float = 0.0, idle: bool = False) -> bool:
+        """Remove the groups waiting to be removed (with `idle`, the idle ones too) that have emptied, trying for at
+        most `wait_s` (True when none is left)."""
         deadline = time.monotonic() + wait_s
+        with self._lock:
+            if idle:
+                self.pending, self.idle = self.pending + self.idle, []
         while True:
             with self._lock:
                 self.pending = [run for run in self.pending if not run.try_remove()]
@@ -153,7 +178,13 @@ class Cgroups:
         return cls(1, parents), ""
 
     def slot(self, slot: int, memory_bytes: int, tasks: int) -> Slot:
-        """A new group for a run of slot `slot`, with its limits written (emptied groups of earlier runs removed)."""
+        """A group for a run of slot `slot`: a quiet idle one with these limits, else a new one with them written."""
+        with self._lock:
+            for i, run in enumerate(self.idle):
+                if run.limits == (memory_bytes, tasks) and run.quiet():
+                    del self.idle[i]
+                    self.made[slot] = run
+                    return run
         if self.pending:
             self.sweep()
         name = f"run-{next(self._runs)}"
@@ -164,7 +195,14 @@ class Cgroups:
             if (group / "memory.swap.max").exists():
                 _write(group / "memory.swap.max", "0")
             _write(group / "pids.max", str(tasks))
-            made = Slot((group / "cgroup.procs",), group / "memory.events")
+            limits = (memory_bytes, tasks)
+            made = Slot(
+                (group / "cgroup.procs",),
+                group / "memory.events",
+                group / "pids.current",
+                group / "memory.current",
+                limits,
+            )
         else:
             memory, pids = self.parents["memory"] / name, self.parents["pids"] / name
             memory.mkdir()
@@ -177,13 +215,15 @@ class Cgroups:
                 except OSError:
                     pass
             _write(pids / "pids.max", str(tasks))
-            made = Slot((memory / "cgroup.procs", pids / "cgroup.procs"), memory / "memory.oom_control")
+            procs = (memory / "cgroup.procs", pids / "cgroup.procs")
+            usage = memory / "memory.usage_in_bytes"
+            made = Slot(procs, memory / "memory.oom_control", pids / "pids.current", usage, (memory_bytes, tasks))
         self.made[slot] = made
         return made
 
     def remove(self) -> None:
         """Remove the runs' groups left and the parents (empty once their programs are gone)."""
-        self.sweep(0.5)
+        self.sweep(0.5, idle=True)
         for parent in self.parents.values():
             for group in parent.glob("run-*"):
                 try:
