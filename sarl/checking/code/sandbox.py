@@ -423,7 +423,7 @@ class Sandbox:
         workers = max(1, min(max_workers or min(8, os.cpu_count() or 1), len(jobs)))
         results: list[RunResult | None] = [None] * len(jobs)
         claims = itertools.count()
-        lock = threading.Lock()
+        lock, stopping = threading.Lock(), threading.Event()  # set on an interrupt or a worker's error
 
         def work(stop_later: Callable[[Runner], object]) -> None:
             spare: Runner | None = None
@@ -431,7 +431,7 @@ class Sandbox:
                 while True:
                     with lock:
                         i = next(claims)
-                    if i >= len(jobs):
+                    if i >= len(jobs) or stopping.is_set():
                         return
                     runner, spare = spare, None
                     if runner is None or not runner.ready():
@@ -441,6 +441,9 @@ class Sandbox:
                     program, problem = jobs[i]
                     problem = problem if isinstance(problem, CodeProblem) else CodeProblem(problem)
                     results[i] = self._run(program, problem, runner, stop_later)
+            except BaseException:
+                stopping.set()
+                raise
             finally:
                 if spare is not None:
                     spare.stop()
@@ -451,8 +454,12 @@ class Sandbox:
                 work(stop_later)
             else:
                 with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
-                    for future in [pool.submit(work, stop_later) for _ in range(workers)]:
-                        future.result()
+                    try:
+                        for future in [pool.submit(work, stop_later) for _ in range(workers)]:
+                            future.result()
+                    except BaseException:  # an interrupt: the workers take no new job
+                        stopping.set()
+                        raise
         return [r for r in results if r is not None]
 
     def _start_runner(self, old: Runner | None) -> Runner | None:

@@ -719,6 +719,25 @@ def test_run_many_starts_the_next_runner_early_and_never_reuses_one(sandbox, wor
     assert sandbox_tasks(sandbox) == [] or survivors(sandbox) == []
 
 
+def test_an_error_in_run_many_stops_every_worker_taking_jobs_and_leaves_no_runner(sandbox, monkeypatch):
+    """An interrupt (or a bug) in one worker: the others take no new job, the error reaches the caller, and every
+    runner started (spares included) is stopped (`nothing_survives`)."""
+    calls = []
+    real = Sandbox._run
+
+    def failing(self, program, problem, runner=None, stop_later=None):
+        calls.append(program)
+        if len(calls) == 3:
+            runner.stop()
+            raise KeyboardInterrupt
+        return real(self, program, problem, runner, stop_later)
+
+    monkeypatch.setattr(Sandbox, "_run", failing)
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.run_many([(RIGHT, TESTS)] * 40, 2)
+    assert len(calls) < 10
+
+
 def test_a_spare_runner_that_died_before_its_program_is_replaced(sandbox):
     """A runner started ahead that is gone when its program comes (killed, or its bubblewrap failed) is stopped and
     a fresh one serves the program: its death is never the program's outcome."""
