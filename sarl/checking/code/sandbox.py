@@ -22,7 +22,8 @@ This process writes each side's input into a pipe, reads at most `max_output_byt
 `--die-with-parent` and the pid namespace take every process of the program with it) and, as root, waits until no
 process of the runner's uid is left. It never opens, changes or removes a path the program could write: the
 program's files live only in its tmpfs, which ends with it. A program killed by a signal is classified from its
-exit status as soon as the judge finishes (a segfault does not cost the timeout).
+exit status as soon as the judge finishes (a segfault does not cost the timeout). `run_many` starts each worker's
+next runner ahead and lets a judged runner exit beside the next program (docs/sandbox.md, "Nothing left behind").
 """
 
 from __future__ import annotations
