@@ -210,10 +210,9 @@ class Runner:
         self.cgroup = None
         self.oom_before, self.oom_killed = 0, False
         self.deferred = False  # handed to a `stop_later` after its verdict (ProgramRun.finish)
-        self.judge_fds: tuple[int, ...] = ()
         req_r, req_w = os.pipe()  # judge -> runner: requests
         rep_r, rep_w = os.pipe()  # runner -> judge: replies
-        self.judge_fds = (req_w, rep_r)
+        self.judge_fds: tuple[int, ...] = (req_w, rep_r)  # the judge's ends, until `hand_to`
         try:
             groups = box.cgroups()
             if groups:
