@@ -434,9 +434,7 @@ class Sandbox:
                         i = next(claims)
                     if i >= len(jobs) or stopping.is_set():
                         return
-                    runner, spare = spare, None
-                    if runner is None or not runner.ready():
-                        runner = self._start_runner(runner)
+                    runner, spare = spare, None  # `_run` replaces a missing or dead one
                     if i + workers < len(jobs):  # another job is likely to come to this worker
                         spare = self._start_runner(None)
                     program, problem = jobs[i]
