@@ -1,6 +1,8 @@
 """`reward=code_exec` (baselines.code_exec): all-pass by default, the pass fraction as an option; every hostile
 program of a batch scores 0 under its counted outcome; a broken sandbox masks the row (failed), never a 0."""
 
+import os
+
 import pytest
 
 from baselines.code_exec import DIAGNOSTIC_KEYS, CodeExecReward
@@ -112,7 +114,7 @@ def test_launch_checks_judge_a_trivial_program_for_every_code_reward():
     assert sandbox_settings(grp) == [SANDBOX] and sandbox_settings(combined) == [SANDBOX]
     assert sandbox_checks({"_target_": "sarl.structure.reward.StructureReward"}) == []
     (ok,) = sandbox_checks(grp)
-    assert ok.ok and ok.name == "code sandbox" and "bubblewrap" in ok.detail
+    assert ok.ok and ok.name == "code sandbox" and ("fork server" if os.geteuid() == 0 else "bubblewrap") in ok.detail
     (bad,) = sandbox_checks({"_target_": "baselines.code_exec.CodeExecReward", "sandbox": {"bwrap": "/nonexistent"}})
     assert not bad.ok and "bubblewrap (bwrap) is not installed" in bad.detail
     (typo,) = sandbox_checks({"_target_": "baselines.code_exec.CodeExecReward", "sandbox": {"namespaces": "auto"}})

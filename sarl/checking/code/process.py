@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from sarl.checking.code.spawner import Spawned
 from sarl.checking.code.wire import WireError, wire_frame, wire_loads
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class Runner:
         self.box, self.slots, self.owner = box, slots, os.getpid()
         self.slot: int | None = slots.take()
         self.uid = box.uid_base + self.slot if box.as_root else None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | Spawned | None = None
         self.cgroup = None
         self.oom_before, self.oom_killed = 0, False
         self.deferred = False  # handed to a `stop_later` after its verdict (ProgramRun.finish)
@@ -218,16 +219,22 @@ class Runner:
             if groups:
                 self.cgroup = groups.slot(self.slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3)
                 self.oom_before = self.cgroup.oom_kills()
-            boot = with_fds(RUNNER_BOOT, json.dumps([req_r, rep_w]))
-            self.proc = start_side(
-                [*box._bwrap_argv(), box.python, "-I", "-S", "-c", boot],
-                box._limits(runner=True),
-                (req_r, rep_w),
-                self.uid,
-                cwd="/",
-                stderr=subprocess.STDOUT,
-                join=self.cgroup.join_argv if self.cgroup else None,
-            )
+            zygote = box.zygote()
+            if zygote is not None and self.uid is not None:
+                tmp = (box.disk_mb << 20) - box.shm_bytes
+                procs = self.cgroup.procs if self.cgroup else ()
+                self.proc = zygote.spawn(self.uid, tmp, box.shm_bytes, box._limits(runner=True), (req_r, rep_w), procs)
+            else:
+                boot = with_fds(RUNNER_BOOT, json.dumps([req_r, rep_w]))
+                self.proc = start_side(
+                    [*box._bwrap_argv(), box.python, "-I", "-S", "-c", boot],
+                    box._limits(runner=True),
+                    (req_r, rep_w),
+                    self.uid,
+                    cwd="/",
+                    stderr=subprocess.STDOUT,
+                    join=self.cgroup.join_argv if self.cgroup else None,
+                )
         except BaseException:
             self.stop()
             raise
@@ -268,10 +275,13 @@ class Runner:
                 wait_exit(proc, 0.2)
             if proc.poll() is None:
                 killed = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session): group id = its pid
-                except (ProcessLookupError, PermissionError):
-                    pass
+                if isinstance(proc, Spawned):
+                    proc.kill()  # through its pidfd: its pid 1, and so its namespace, die with it
+                else:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)  # its own session: group id = its pid
+                    except (ProcessLookupError, PermissionError):
+                        pass
             proc.wait()
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
@@ -388,6 +398,11 @@ def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
     seen at 3.5 ms."""
     if proc.poll() is not None:
         return proc.returncode
+    if isinstance(proc, Spawned):
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # before Linux 5.3, or the process was already reaped

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from sarl.checking.code.cgroup import Cgroups
-from sarl.checking.code.process import RUNNER_CODE, Finished, Judge, ProgramRun, Runner, runner_code
+from sarl.checking.code.process import RUNNER_CODE, RUNNER_SOURCE, Finished, Judge, ProgramRun, Runner, runner_code
+from sarl.checking.code.spawner import Zygote
 
 JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
 OUTCOMES = ("passed", "failed", "syntax_error", "timeout", "memory", "output_limit", "crashed", "sandbox_error")
@@ -241,7 +242,8 @@ class Sandbox:
     `judge_memory_mb`: the judge's RLIMIT_AS; `uid_base`: first uid of the range a root caller runs programs as;
     `python`: the interpreter both sides run (None: this one when the sandbox's uids can run it, else python3 on
     PATH); `bwrap`: the bubblewrap binary (None: `find_bwrap()`); `use_cgroups`: bound each program's processes
-    together in a cgroup where this process can make one (sarl.checking.code.cgroup; `isolation` says which holds).
+    together in a cgroup where this process can make one (sarl.checking.code.cgroup; `isolation` says which holds);
+    `fork_server`: as root, start runners from a fork server (sarl.checking.code.spawner) instead of bubblewrap.
     """
 
     def __init__(
@@ -259,6 +261,7 @@ class Sandbox:
         python: str | None = None,
         bwrap: str | None = None,
         use_cgroups: bool = True,
+        fork_server: bool = True,
     ) -> None:
         for key, value in (
             ("timeout_s", timeout_s),
@@ -287,6 +290,7 @@ class Sandbox:
         self._mounts = self._filesystem()
         self._judges = threading.local()  # one long-lived judge per worker thread (sarl.checking.code.process.Judge)
         self.use_cgroups = bool(use_cgroups)
+        self.fork_server = bool(fork_server)
         self._cgroups: Cgroups | None = None
         self._cgroups_pid: int | None = None
         self.cgroup_note = ""
@@ -344,6 +348,12 @@ class Sandbox:
         """/dev/shm's share of `disk_mb` (a quarter, at least 1 MB): the rest is /tmp."""
         return max(1, self.disk_mb // 4) << 20
 
+    def zygote(self) -> Zygote | None:
+        """The fork server runners start from (root only; None: through bubblewrap, `Zygote.note` says why)."""
+        if not (self.as_root and self.fork_server):
+            return None
+        return Zygote.get(self, RUNNER_SOURCE, SLOTS_PER_PROCESS)
+
     def cgroups(self) -> Cgroups | None:
         """This process's cgroups for its programs (sarl.checking.code.cgroup), found once per process; None: none."""
         if self._cgroups_pid != os.getpid():
@@ -366,10 +376,16 @@ class Sandbox:
                 f"no cgroup ({self.cgroup_note}): memory bounded per process, {self.memory_mb} MB x "
                 f"{self.max_processes + 2} processes"
             )
+        if self.zygote() is not None:
+            start = (
+                "a fork server's fresh fork per program (its own mount, pid, net, ipc, uts and cgroup namespaces in a "
+                "user namespace that allows no other; seccomp: no keyrings; / /dev /usr read-only; tmpfs "
+            )
+        else:
+            start = f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; / /dev /usr read-only; tmpfs "
         return (
-            f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; / /dev /usr read-only; tmpfs "
-            f"{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a separate "
-            "judge process"
+            f"{start}{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a "
+            "separate judge process"
         )
 
     def check_ready(self) -> str | None:
@@ -475,7 +491,7 @@ class Sandbox:
             rlimits = {
                 "RLIMIT_CPU": self.cpu_s,
                 "RLIMIT_AS": self.memory_mb << 20,
-                "RLIMIT_NPROC": self.max_processes + 2,  # + bwrap's reaper (pid 1) and the interpreter itself
+                "RLIMIT_NPROC": self.max_processes + 2,  # + the runner's pid 1 (bwrap's or the fork server's), itself
                 "RLIMIT_FSIZE": self.max_file_mb << 20,
                 "RLIMIT_NOFILE": 64,
                 "RLIMIT_CORE": 0,

@@ -4,7 +4,9 @@ verdict, reading the tests, always-true comparisons and subclasses of builtins, 
 system, the network or the process tree, touching another rollout's files, exhausting memory, processes, disk or output,
 surviving the run. Each scores 0 (or is bounded and counted) and leaves nothing outside its sandbox. Where the attack
 could work, the program returns the right answer only if it worked, so a pass would show the escape. CI runs this as
-root, which is the harder case (the sandbox then drops to uids of its own)."""
+root, which is the harder case (the sandbox then drops to uids of its own), with each runner started from the fork
+server and through bubblewrap (the `sandbox` fixture); tests/sarl/checking/test_fork_server.py has what only the fork
+server needs."""
 
 import os
 import socket
@@ -26,6 +28,7 @@ from sarl.checking.code.sandbox import (
     last_code_block,
     problem_of,
 )
+from sarl.checking.code.spawner import Zygote
 from sarl.checking.code.wire import WireError, wire_decode, wire_encode
 
 REPO = Path(__file__).resolve().parents[3]
@@ -60,10 +63,14 @@ def sandbox_tasks(sandbox) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16)
+@pytest.fixture(scope="module", params=[True, False], ids=["fork server", "bubblewrap"])
+def sandbox(request):
+    """Every attack below is tried on both ways a runner starts as root: from the fork server (the default) and
+    through bubblewrap (where no fork server can start, and for a caller that is not root)."""
+    box = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16, fork_server=request.param)
     assert box.check_ready() is None, box.check_ready()
+    if request.param and box.as_root:
+        assert box.zygote() is not None, Zygote.note
     return box
 
 
@@ -474,7 +481,7 @@ def test_a_kernel_that_refuses_namespaces_gets_one_line_naming_what_to_enable():
         )
         fake.chmod(0o755)
         folder.chmod(0o755)
-        message = Sandbox(timeout_s=2, bwrap=str(fake)).check_ready()
+        message = Sandbox(timeout_s=2, bwrap=str(fake), fork_server=False).check_ready()
         assert "\n" not in message and "unprivileged_userns_clone" in message and "max_user_namespaces" in message
     finally:
         for f in folder.iterdir():
@@ -620,13 +627,20 @@ def test_the_judges_own_errors_never_pass_a_wrong_program(sandbox):
     assert result.outcome == "failed" and "cannot be sent" in result.detail, result
 
 
-def test_a_sandbox_that_cannot_start_is_the_harness_not_the_program(sandbox, monkeypatch):
-    """bubblewrap failing at run time ("Creating new namespace failed") is the harness's failure, masked, never a
-    0 for the program; a program that prints the same words and exits is the program's failure."""
-    broken = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16)
-    argv = broken._bwrap_argv
+@pytest.mark.parametrize("fork_server", [False, True], ids=["bubblewrap", "fork server"])
+def test_a_sandbox_that_cannot_start_is_the_harness_not_the_program(sandbox, monkeypatch, fork_server):
+    """bubblewrap failing at run time ("Creating new namespace failed"), or the fork server's runner failing to set
+    up its namespaces, is the harness's failure, masked, never a 0 for the program; a program that prints the same
+    words and exits is the program's failure."""
+    broken = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    if fork_server and broken.zygote() is None:
+        pytest.skip(f"no fork server here: {Zygote.note}")
+    argv, spawn = broken._bwrap_argv, Zygote.spawn
     monkeypatch.setattr(broken, "_bwrap_argv", lambda: [argv()[0], "--no-such-bwrap-option", *argv()[1:]])
+    if fork_server:  # a uid outside the fork server's user namespace: the runner's tmpfs cannot be given to it
+        monkeypatch.setattr(Zygote, "spawn", lambda self, uid, *rest: spawn(self, uid + (1 << 20), *rest))
     result = broken.run(RIGHT, TESTS)
+    monkeypatch.undo()
     assert result.outcome == "sandbox_error" and "did not start" in result.detail, result
     mimic = (
         "import os\nprint('bwrap: Creating new namespace failed: Operation not permitted', flush=True)\nos._exit(1)\n"
@@ -743,7 +757,7 @@ def test_a_spare_runner_that_died_before_its_program_is_replaced(sandbox):
     """A runner started ahead that is gone when its program comes (killed, or its bubblewrap failed) is stopped and
     a fresh one serves the program: its death is never the program's outcome."""
     spare = Runner(sandbox, _SLOTS)
-    os.killpg(spare.proc.pid, 9)
+    spare.proc.kill()
     spare.proc.wait()
     assert not spare.ready()
     result = sandbox._run(RIGHT, CodeProblem(TESTS), spare)

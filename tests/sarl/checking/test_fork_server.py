@@ -1,0 +1,238 @@
+"""The runners' fork server (`sarl.checking.code.spawner`, `zygote.py`), tried as a policy would: what a runner from it
+can see and do is what a bubblewrap runner could (the probe below, in both), nothing a program does reaches the next
+program (keyrings its slot's uid would share in the server's user namespace, ptys, module state), and the server
+itself fails loudly (it is replaced when it dies, ends with its process, and leaves runners to bubblewrap where it
+cannot start). test_sandbox.py runs every attack on both kinds of runner. Root only (as CI): the fork server is."""
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sarl.checking.code.sandbox import SLOTS_PER_PROCESS, Sandbox
+from sarl.checking.code.spawner import Zygote
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fork server runs where the caller is root (as CI)")
+
+TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
+RIGHT = "def add(a, b):\n    return a + b\n"
+KEYS = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(platform.machine())  # add_key, keyctl
+
+PROBE = """
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {}
+def tried(name, result):
+    seen[name] = [result, ctypes.get_errno() if result == -1 else 0]
+tried("unshare a user namespace", libc.unshare(0x10000000))
+tried("unshare a network namespace", libc.unshare(0x40000000))
+tried("sethostname", libc.sethostname(b"x", 1))
+tried("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+tried("chroot", libc.chroot(b"/tmp"))
+seen["no_new_privs"] = libc.prctl(39, 0, 0, 0, 0)
+seen["bounding set"] = [c for c in range(64) if libc.prctl(23, c, 0, 0, 0) == 1]
+header, data = ctypes.create_string_buffer(bytes.fromhex("2205082000000000")), ctypes.create_string_buffer(24)
+libc.capget(header, data)
+seen["capabilities"] = data.raw.hex()
+seen["ids"] = [list(os.getresuid()), list(os.getresgid()), os.getgroups()]
+seen["hostname"] = socket.gethostname()
+seen["read-only"] = {p: bool(os.statvfs(p).f_flag & 1) for p in ("/", "/dev", "/usr", "/tmp", "/dev/shm")}
+seen["root"] = sorted(os.listdir("/"))
+seen["env"] = {k: v for k, v in os.environ.items() if k != "PWD"}
+seen["cwd"] = os.getcwd()
+fds = []
+for fd in range(1024):
+    try:
+        os.fstat(fd)
+        fds.append(fd)
+    except OSError:
+        pass
+seen["descriptors"] = fds
+try:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    socket.create_connection(server.getsockname()).close()
+    seen["loopback"] = "up"
+except OSError as err:
+    seen["loopback"] = repr(err)
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=1)
+    seen["network"] = "reached"
+except OSError as err:
+    seen["network"] = err.errno
+os.write(1, ("PROBE" + __import__("json").dumps(seen) + "END").encode())
+"""
+
+
+def probe(box):
+    result = box.run(PROBE + "def add(a, b):\n    return 0\n", TESTS)
+    text = result.output.decode()
+    assert "PROBE" in text, result
+    return json.loads(text.split("PROBE", 1)[1].split("END", 1)[0])
+
+
+@pytest.fixture(scope="module")
+def server():
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16)
+    assert box.zygote() is not None, Zygote.note
+    return box
+
+
+def test_a_runner_from_the_fork_server_can_do_what_a_bubblewrap_runner_could_and_no_more(server):
+    """The same probe in both: no new namespace, hostname, mount or chroot (EPERM, or ENOSPC for a user namespace),
+    no_new_privs, no capability in any set, the slot's uid only, / /dev /usr read-only, its own writable /tmp and
+    /dev/shm, its own loopback and no other network, the same environment, no descriptor beyond the runner's."""
+    forked = probe(server)
+    wrapped = probe(Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16, fork_server=False))
+    for name in ("unshare a user namespace", "unshare a network namespace", "sethostname", "mount", "chroot"):
+        assert forked[name][0] == -1 and forked[name][1] in (1, 28), (name, forked[name])  # EPERM / ENOSPC
+        assert wrapped[name][0] == -1, (name, wrapped[name])
+    uid = forked["ids"][0][0]
+    assert server.uid_base <= uid < server.uid_base + SLOTS_PER_PROCESS
+    assert forked["ids"] == [[uid] * 3, [uid] * 3, []]
+    assert forked["no_new_privs"] == 1 and forked["bounding set"] == [] and set(forked["capabilities"]) == {"0"}
+    assert forked["read-only"] == {"/": True, "/dev": True, "/usr": True, "/tmp": False, "/dev/shm": False}
+    assert forked["read-only"] == wrapped["read-only"]
+    assert forked["root"] == [name for name in wrapped["root"] if name != "sandbox-runner"]  # bwrap's runner code
+    for key in ("hostname", "env", "cwd", "loopback", "network", "bounding set", "capabilities", "no_new_privs"):
+        assert forked[key] == wrapped[key], key
+    assert forked["loopback"] == "up" and forked["network"] == 101  # ENETUNREACH
+    assert forked["descriptors"] == [0, 1, 2, 3, 4, 5]  # stdin, output x2, the judge's pipes, the runner's /dev/null
+
+
+@pytest.mark.skipif(KEYS is None, reason="keyring system call numbers known for x86_64 and aarch64")
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork server", "bubblewrap"])
+def test_no_key_a_program_leaves_in_a_keyring_reaches_a_later_program(fork_server):
+    """The kernel keeps keyrings per uid and user namespace: programs of one slot share both in the fork server, so
+    there the keyring calls fail (seccomp); a bubblewrap runner's namespace is its own. Writers leave a key in the
+    user, user-session and persistent keyrings; the readers after them, on the same slots, find none."""
+    add_key, keyctl = KEYS
+    writer = (
+        f"import ctypes\nlibc = ctypes.CDLL(None)\nfor ring in (-4, -5, libc.syscall({keyctl}, 22, -1, -4)):\n"
+        f"    libc.syscall({add_key}, b'user', b'sarl-probe', b'left', 4, ring)\n" + RIGHT
+    )
+    reader = (
+        f"import ctypes\nlibc = ctypes.CDLL(None)\nrings = (-4, -5, libc.syscall({keyctl}, 22, -1, 0))\n"
+        f"found = any(libc.syscall({keyctl}, 10, ring, b'user', b'sarl-probe', 0) > 0 for ring in rings)\n"
+        "def add(a, b):\n    return 0 if found else a + b\n"
+    )
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    results = box.run_many([(writer, TESTS)] * 4 + [(reader, TESTS)] * 4, max_workers=1)
+    assert [r.outcome for r in results] == ["passed"] * 8, [(r.outcome, r.detail) for r in results]
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork server", "bubblewrap"])
+def test_programs_running_at_once_do_not_see_each_others_ptys(fork_server):
+    """Each runner has a devpts instance of its own: a pty one program holds is not in another's /dev/pts."""
+    holder = "import os, time\nheld = os.openpty()\ntime.sleep(1.0)\n" + RIGHT
+    looker = (
+        "import os, time\ntime.sleep(0.4)\nothers = sorted(set(os.listdir('/dev/pts')) - {'ptmx'})\n"
+        "def add(a, b):\n    return 0 if others else a + b\n"
+    )
+    box = Sandbox(timeout_s=5.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    results = box.run_many([(holder, TESTS), (looker, TESTS)] * 2, max_workers=2)
+    assert [r.outcome for r in results] == ["passed"] * 4, [(r.outcome, r.detail) for r in results]
+
+
+def test_nothing_of_a_program_stays_in_the_fork_server(server):
+    """A runner is a fresh fork: what a program changes in its interpreter (a module's attribute, a builtin, the
+    import system) is not in the next program's, which is forked from the untouched server."""
+    tamper = (
+        "import builtins, marshal, sys\nmarshal.sarl_left = 1\nbuiltins.sarl_left = 1\n"
+        "sys.modules['sarl_left'] = marshal\n" + RIGHT
+    )
+    check = (
+        "import builtins, marshal, sys\nleft = [hasattr(marshal, 'sarl_left'), hasattr(builtins, 'sarl_left'), "
+        "'sarl_left' in sys.modules]\ndef add(a, b):\n    return 0 if any(left) else a + b\n"
+    )
+    results = server.run_many([(tamper, TESTS), (check, TESTS)] * 3, max_workers=1)
+    assert [r.outcome for r in results] == ["passed"] * 6, [(r.outcome, r.detail) for r in results]
+
+
+def test_a_fork_server_that_died_is_replaced_and_costs_no_program_its_score():
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16)
+    first = box.zygote()
+    assert first is not None and box.run(RIGHT, TESTS).outcome == "passed"
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    results = box.run_many([(RIGHT, TESTS)] * 3, max_workers=1)
+    assert [r.outcome for r in results] == ["passed"] * 3, [(r.outcome, r.detail) for r in results]
+    assert box.zygote() is not first and box.zygote().proc.poll() is None
+
+
+def test_the_fork_server_ends_with_the_process_that_started_it(tmp_path):
+    """Killed outright, the judging process leaves nothing: its fork server sees its socket close and exits, and a
+    runner waiting for a program dies with it (parent-death signals down to the runner's pid 1)."""
+    script = (
+        "import os, sys\nfrom sarl.checking.code.sandbox import Sandbox, _SLOTS\n"
+        "from sarl.checking.code.process import Runner\n"
+        "box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16)\n"
+        "assert box.run('def add(a, b):\\n    return a + b\\n', 'assert add(1, 2) == 3\\n').outcome == 'passed'\n"
+        "waiting = Runner(box, _SLOTS)\n"
+        "assert b'started' in os.read(waiting.judge_fds[1], 4096)  # its interpreter is up, waiting for a program\n"
+        "print(box.zygote().proc.pid, waiting.proc.pid, waiting.uid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    zygote, runner, uid = (int(x) for x in done.stdout.split())
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and (alive(zygote) or alive(runner) or uid_tasks(uid)):
+        time.sleep(0.05)
+    assert not alive(zygote) and not alive(runner) and uid_tasks(uid) == []
+
+
+def test_a_runner_killed_at_its_timeout_takes_its_whole_namespace_with_it(server):
+    """At the timeout the parent kills C (through its pidfd); R, pid 1, gets its parent-death SIGKILL (C keeps
+    CAP_KILL for it alone: the kernel checks the dying parent's rights) and the kernel ends the namespace: a program
+    asleep, with a sleeping child, is gone when `run` returns, not when its sleep ends."""
+    sleeper = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)\n" + RIGHT
+    result = server.run(sleeper, TESTS)
+    assert result.outcome == "timeout", result
+    first, last = server.uid_base, server.uid_base + SLOTS_PER_PROCESS
+    assert [pid for pid, uid in live_uids() if first <= uid < last] == []
+
+
+def test_where_the_fork_server_cannot_start_runners_go_through_bubblewrap(monkeypatch):
+    """A fork server that cannot set up (here: its source raises) is said once, in `Zygote.note` and a warning; the
+    runners then start through bubblewrap and the programs are judged as before."""
+    monkeypatch.setattr(
+        "sarl.checking.code.spawner.ZYGOTE_SOURCE",
+        "import marshal, os\nos.write(0, marshal.dumps({'error': 'OSError: set-up refused'}))\n",
+    )
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16, uid_base=1_600_000_000)
+    assert box.zygote() is None and "set-up refused" in Zygote.note
+    assert box.run(RIGHT, TESTS).outcome == "passed"
+    assert "bubblewrap" in box.isolation
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def uid_tasks(uid: int) -> list[int]:
+    return [pid for pid, owner in live_uids() if owner == uid]
+
+
+def live_uids() -> list[tuple[int, int]]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f.read().splitlines())
+                if fields["State"].split()[0] not in ("Z", "X"):
+                    found.append((int(name), int(fields["Uid"].split()[0])))
+            except (OSError, KeyError, ValueError):
+                continue
+    return found
