@@ -1,4 +1,5 @@
-"""Code execution throughput and worst cases: `sarl.checking.code.sandbox` (bubblewrap runner + separate judge) on
+"""Code execution throughput and worst cases: `sarl.checking.code.sandbox` (a fresh runner per program, from the fork
+server as root, and then through bubblewrap as well, + a separate judge) on
 MBPP-like programs vs. what a user would write first (one plain `subprocess.run(["python", "-c", program + tests])` per
 program) and the start-up floor (the same with `python -I -S`: no site-packages), each side at the same
 concurrency (the reward's `max_workers`, default min(8, cores)) and one at a time, on the same programs and tests;
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -129,14 +131,17 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     ok_ours = [r.outcome for r in sandbox.run_many(jobs, workers)]  # warm-up and correctness (not timed)
     ok_plain = plain_subprocess(jobs, sandbox.timeout_s)
     timeout = sandbox.timeout_s
-    sides = {
-        "sandbox, concurrent": lambda: sandbox.run_many(jobs, workers),
-        "plain subprocess.run, concurrent": lambda: plain_subprocess(jobs, timeout, (), workers),
-        "python -I -S (the floor), concurrent": lambda: plain_subprocess(jobs, timeout, ("-I", "-S"), workers),
-        "sandbox, one at a time": lambda: sandbox.run_many(jobs, 1),
-        "plain subprocess.run, one at a time": lambda: plain_subprocess(jobs, timeout),
-        "python -I -S (the floor), one at a time": lambda: plain_subprocess(jobs, timeout, ("-I", "-S")),
-    }
+    # with the fork server (root), its alternative too: what a caller that is not root, or a machine where the server
+    # cannot start, gets
+    wrapped = Sandbox(**{**settings, "fork_server": False}) if sandbox.zygote() is not None else None
+    ok_wrapped = [r.outcome for r in wrapped.run_many(jobs, workers)] if wrapped else []
+    sides = {}
+    for how, n in (("concurrent", workers), ("one at a time", 1)):
+        sides[f"sandbox, {how}"] = partial(sandbox.run_many, jobs, n)
+        if wrapped is not None:
+            sides[f"sandbox through bubblewrap, {how}"] = partial(wrapped.run_many, jobs, n)
+        sides[f"plain subprocess.run, {how}"] = partial(plain_subprocess, jobs, timeout, (), n)
+        sides[f"python -I -S (the floor), {how}"] = partial(plain_subprocess, jobs, timeout, ("-I", "-S"), n)
     wall: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(cfg.repeats):  # alternating: a load change on the shared machine favours no side
@@ -153,7 +158,8 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     for name, rate in rates.items():
         how = name.split(", ")[-1]
         floor = rates[f"python -I -S (the floor), {how}"]
-        passed = all(o == "passed" for o in ok_ours) if name.startswith("sandbox") else all(ok_plain)  # same code
+        outcomes = ok_wrapped if "bubblewrap" in name else ok_ours if name.startswith("sandbox") else None
+        passed = all(o == "passed" for o in outcomes) if outcomes is not None else all(ok_plain)  # same code
         table.add_row(name, f"{rate:.1f}", f"{rate / floor:.2f}x", f"{per_cpu[name]:.1f}", str(passed))
     console.print(table)
     floor_ratio = rates["sandbox, concurrent"] / rates["python -I -S (the floor), concurrent"]

@@ -1,8 +1,9 @@
 """One program's run (`sarl.checking.code.sandbox`): its runner process, the pipes between it and a judge, the loop that
-feeds, reads and times them, and their end. The runner goes through bubblewrap (the argv `Sandbox` builds), fresh for
-every program; the judge (`Judge`) is a plain `python -I -S`, long-lived, one per worker thread of this process, and
-gets each program's pipe ends over a Unix socket; both drop to their uid through util-linux's `setpriv` when the caller
-is root. `ProgramRun.finish()` returns how the run ended; `sarl.checking.code.sandbox` turns that into an outcome.
+feeds, reads and times them, and their end. The runner, fresh for every program, is a fork of the fork server
+(`sarl.checking.code.spawner`) as root, else goes through bubblewrap (the argv `Sandbox` builds); the judge (`Judge`)
+is a plain `python -I -S`, long-lived, one per worker thread of this process, and gets each program's pipe ends over a
+Unix socket. A bubblewrap runner and the judge drop to their uid through util-linux's `setpriv` when the caller is
+root. `ProgramRun.finish()` returns how the run ended; `sarl.checking.code.sandbox` turns that into an outcome.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ class Runner:
             if zygote is not None and self.uid is not None:
                 tmp = (box.disk_mb << 20) - box.shm_bytes
                 procs = self.cgroup.procs if self.cgroup else ()
-                self.proc = zygote.spawn(self.uid, tmp, box.shm_bytes, box._limits(runner=True), (req_r, rep_w), procs)
+                self.proc = zygote.spawn(self.uid, tmp, box.shm_bytes, box._limits(True, own=3), (req_r, rep_w), procs)
             else:
                 boot = with_fds(RUNNER_BOOT, json.dumps([req_r, rep_w]))
                 self.proc = start_side(

@@ -1,10 +1,11 @@
-"""The code judge: an untrusted program runs in a bubblewrap sandbox and only computes; a separate trusted process
+"""The code judge: an untrusted program runs in a sandbox of its own and only computes; a separate trusted process
 runs the tests and computes the verdict (decisions §8, docs/sandbox.md).
 
 One program -> two processes, joined by two pipes that carry framed plain data (`sarl.checking.code.wire`):
 
-- **The runner** (`runner.py`, untrusted): `bwrap ... python -I -S` in fresh user, pid, network, ipc,
-  uts and cgroup namespaces, no further user namespaces, all capabilities dropped, as an unprivileged uid of its
+- **The runner** (`runner.py`, untrusted): as root a fresh fork of this process's fork server (`zygote.py`,
+  `sarl.checking.code.spawner`), else `bwrap ... python -I -S`; in fresh pid, network, ipc, uts, mount and cgroup
+  namespaces, no user namespace of its own making, all capabilities dropped, as an unprivileged uid of its
   own (`uid_base` + a slot per concurrent program when the caller is root; the caller's uid otherwise, since
   RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter's prefix)
   read-only; its only writable mounts are /dev/shm and /tmp (its cwd and HOME), private tmpfs that hold `disk_mb`
@@ -18,8 +19,8 @@ One program -> two processes, joined by two pipes that carry framed plain data (
   on a pipe of its own, which the runner has no way to reach.
 
 This process writes each side's input into a pipe, reads at most `max_output_bytes` of the runner's own output
-(killed beyond it), waits at most `timeout_s` of wall time, then kills both process groups (bwrap's
-`--die-with-parent` and the pid namespace take every process of the program with it) and, as root, waits until no
+(killed beyond it), waits at most `timeout_s` of wall time, then kills both (the runner's parent-death signals and
+its pid namespace take every process of the program with it) and, as root, waits until no
 process of the runner's uid is left. It never opens, changes or removes a path the program could write: the
 program's files live only in its tmpfs, which ends with it. A program killed by a signal is classified from its
 exit status as soon as the judge finishes (a segfault does not cost the timeout). `run_many` starts each worker's
@@ -352,7 +353,7 @@ class Sandbox:
         """The fork server runners start from (root only; None: through bubblewrap, `Zygote.note` says why)."""
         if not (self.as_root and self.fork_server):
             return None
-        return Zygote.get(self, RUNNER_SOURCE, SLOTS_PER_PROCESS)
+        return Zygote.get(self, RUNNER_SOURCE)
 
     def cgroups(self) -> Cgroups | None:
         """This process's cgroups for its programs (sarl.checking.code.cgroup), found once per process; None: none."""
@@ -486,12 +487,14 @@ class Sandbox:
         except OSError:
             return None
 
-    def _limits(self, runner: bool) -> str:
+    def _limits(self, runner: bool, own: int = 2) -> str:
+        """`own`: the runner's processes in its user namespace before the program's (bwrap's pid 1 and the
+        interpreter; the fork server's C, R and P)."""
         if runner:
             rlimits = {
                 "RLIMIT_CPU": self.cpu_s,
                 "RLIMIT_AS": self.memory_mb << 20,
-                "RLIMIT_NPROC": self.max_processes + 2,  # + the runner's pid 1 (bwrap's or the fork server's), itself
+                "RLIMIT_NPROC": self.max_processes + own,
                 "RLIMIT_FSIZE": self.max_file_mb << 20,
                 "RLIMIT_NOFILE": 64,
                 "RLIMIT_CORE": 0,

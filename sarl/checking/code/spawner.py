@@ -6,7 +6,7 @@ up what never changes (a user namespace mapping the slots' uids, the read-only r
 per program it forks, and the fork makes the program's own namespaces, tmpfs, cgroup and uid (zygote.py says how):
 about 3-4 ms. Every runner is still a fresh process that runs exactly one program.
 
-`Zygote.get(box, runner_source, count)` is this process's fork server for a sandbox's settings (started on first use,
+`Zygote.get(box, runner_source)` is this process's fork server for a sandbox's settings (started on first use,
 again after it died; None where it cannot start, with the reason in `Zygote.note`: the runners then go through
 bubblewrap).
 `Zygote.spawn()` starts one runner and returns a `Spawned`, the part of a Popen that `Runner` uses.
@@ -96,14 +96,13 @@ class Zygote:
     _live: dict[tuple, Zygote] = {}
     note = ""  # why the last start failed ("" when none did)
 
-    def __init__(self, box: Any, runner_source: str, count: int) -> None:
+    def __init__(self, box: Any, runner_source: str) -> None:
         binds, links = [], []
         args = list(box._mounts)
         while args:
             kind, src, dst, *args = args
             (binds if kind == "--ro-bind" else links).append((src, dst))
-        config = {"uid_first": box.uid_base, "uid_count": count, "binds": binds, "links": links}
-        config["runner"] = runner_source
+        config = {"binds": binds, "links": links, "runner": runner_source}
         self.owner, self.lock = os.getpid(), threading.Lock()
         self.err = tempfile.TemporaryFile()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -130,8 +129,8 @@ class Zygote:
             raise OSError(f"the sandbox's fork server did not start: {reply.get('error')}")
 
     @classmethod
-    def get(cls, box: Any, runner_source: str, count: int) -> Zygote | None:
-        key = (os.getpid(), box.python, box.uid_base, tuple(box._mounts))
+    def get(cls, box: Any, runner_source: str) -> Zygote | None:
+        key = (os.getpid(), box.python, tuple(box._mounts))
         with cls._lock:
             zygote = cls._live.get(key)
             if zygote is not None and zygote.proc.poll() is None:
@@ -139,7 +138,7 @@ class Zygote:
             if zygote is not None:
                 zygote.close()
             try:
-                zygote = cls._live[key] = cls(box, runner_source, count)
+                zygote = cls._live[key] = cls(box, runner_source)
             except OSError as err:
                 cls._live.pop(key, None)
                 if not cls.note:

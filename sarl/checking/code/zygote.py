@@ -43,12 +43,14 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4
 MS_NOATIME, MS_NODIRATIME, MS_PRIVATE, MS_RELATIME = 1024, 2048, 1 << 18, 1 << 21
 ST_TO_MS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
 ST_TO_MS += ((os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
-PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 23, 24, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_READ, PR_CAPBSET_DROP = 1, 4, 23, 24
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # per machine: pivot_root's number, the audit arch seccomp sees, add_key / request_key / keyctl's numbers
 ARCH = {"x86_64": (155, 0xC000003E, (248, 249, 250)), "aarch64": (41, 0xC00000B7, (217, 218, 219))}
 ZYGOTE = os.getpid()
+PROC = -1  # the host's /proc, for C's own maps
 SOCK = socket.socket(fileno=0)
 
 
@@ -82,38 +84,12 @@ def remount_ro(path, extra=0):
 
 
 def write_file(path, text):
-    fd = os.open(path, os.O_WRONLY)
+    """Write `text` to `path` under the host's /proc (kept open from before the pivot: C's own maps and limits)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC, dir_fd=PROC)
     try:
         os.write(fd, text.encode())  # one write: the kernel takes an id map whole or not at all
     finally:
         os.close(fd)
-
-
-def enter_user_namespace(first, count):
-    """A user namespace mapping uid/gid 0 and the slots' range to themselves, written by a helper that stays
-    outside (only a process with CAP_SETUID there may map more than its own uid), where no process can make
-    another user namespace."""
-    ready_r, ready_w = os.pipe()
-    helper = os.fork()
-    if helper == 0:
-        status = 1
-        try:
-            os.close(ready_w)
-            os.read(ready_r, 1)
-            for name in ("uid_map", "gid_map"):
-                write_file("/proc/%d/%s" % (ZYGOTE, name), "0 0 1\n%d %d %d\n" % (first, first, count))
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(ready_r)
-    try:
-        check(LIBC.unshare(CLONE_NEWUSER), "unshare(user)")
-    finally:
-        os.write(ready_w, b"x")
-        os.close(ready_w)
-    if os.waitpid(helper, 0)[1] != 0:
-        raise OSError("could not write the user namespace's id maps")
-    write_file("/proc/sys/user/max_user_namespaces", "0")
 
 
 def build_root(binds, links, python_dir):
@@ -176,26 +152,16 @@ def loopback_up():
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
-def drop_privileges(uid):
-    """No new privileges, no capability (bounding, ambient, inheritable, permitted and effective sets), no
-    supplementary group; then the slot's uid and gid (None: keep uid 0 of this namespace with CAP_KILL alone, which
-    R's parent-death signal needs: the kernel sends it with the exiting parent's rights)."""
+def drop_privileges():
+    """No new privileges, no capability in any set (bounding, ambient, inheritable, permitted, effective) of the
+    program's user namespace, where the slot's uid held them all as its creator."""
     check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     cap = 0
     while LIBC.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:
         check(LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d" % cap)
         cap += 1
     check(LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
-    os.setgroups([])
-    if uid is None:
-        header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-        kill = 1 << 5  # CAP_KILL: effective, permitted; nothing inheritable
-        check(LIBC.capset(header, struct.pack("6I", kill, kill, 0, 0, 0, 0)), "capset")
-        return
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)  # from uid 0 to another: the permitted and effective sets are cleared
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
-        raise OSError("the uid did not drop")
+    check(LIBC.capset(struct.pack("Ii", 0x20080522, 0), bytes(24)), "capset")  # _LINUX_CAPABILITY_VERSION_3
 
 
 def no_keyrings():
@@ -227,24 +193,24 @@ def start(request, fds):
     """C: the program's namespaces, then R and P. Returns only in P, with the runner's argument."""
     stdin_r, out_w, req_r, rep_w, status_w = fds[:5]
     SOCK.close()
-    check(LIBC.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
-    check(LIBC.sethostname(b"sandbox", 7), "sethostname")
+    os.setsid()
     uid = request["uid"]
+    enter_namespaces(uid)
+    check(LIBC.sethostname(b"sandbox", 7), "sethostname")
     for path, size in (("/tmp", request["tmp_bytes"]), ("/dev/shm", request["shm_bytes"])):
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0755,uid=%d,gid=%d" % (size, uid, uid))
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     loopback_up()
     os.chdir("/tmp")
-    os.setsid()
     alive_r, alive_w = os.pipe()
     init = os.fork()
     if init == 0:
         os.close(alive_w)
         os.close(status_w)
-        return be_init(alive_r, fds[5:], uid, (stdin_r, out_w, req_r, rep_w), request["limits"])
+        return be_init(alive_r, fds[5:], (stdin_r, out_w, req_r, rep_w), request["limits"])
     for fd in (alive_r, stdin_r, out_w, req_r, rep_w, *fds[5:]):
         os.close(fd)
-    drop_privileges(None)  # C stays uid 0 of this namespace (out of the slot's process count), with CAP_KILL alone
+    drop_privileges()
     die_with_parent()
     if os.getppid() != ZYGOTE:
         os._exit(125)
@@ -253,14 +219,34 @@ def start(request, fds):
     os._exit(status)
 
 
-def be_init(alive_r, cgroup, uid, pipes, limits):
-    """R, pid 1: joins the program's cgroup (`cgroup.procs` files the parent opened) and a cgroup namespace rooted
-    there, becomes the slot's uid, starts P and reaps; it exits as P did, and the kernel ends what is left."""
+def enter_namespaces(uid):
+    """As bubblewrap's runner: become the slot's uid, then make a user namespace (owned by that uid, so the kernel's
+    per-user counts, inotify instances, queued signals, message queues, land on the slot as they would for
+    bubblewrap, not on root) mapping only it, with fresh mount, pid, network, IPC and UTS namespaces in it; no
+    process in it can make another user namespace."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # from root: every capability of the host's namespace is gone
+    check(LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # its own /proc files are its own again
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID
+    check(LIBC.unshare(flags), "unshare")
+    write_file("self/setgroups", "deny")
+    write_file("self/uid_map", "%d %d 1\n" % (uid, uid))
+    write_file("self/gid_map", "%d %d 1\n" % (uid, uid))
+    write_file("sys/user/max_user_namespaces", "0")
+
+
+def be_init(alive_r, cgroup, pipes, limits):
+    """R, pid 1: a session of its own (none of the program's signals to a group or session reaches C), joins the
+    program's cgroup (`cgroup.procs` files the parent opened) and a cgroup namespace rooted there, drops every
+    capability, starts P and reaps; it exits as P did, and the kernel ends what is left."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as pid 1 it then ignores the program's SIGINT, as bwrap's does
     for fd in cgroup:
         os.write(fd, b"0")
         os.close(fd)
     check(LIBC.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")
-    drop_privileges(uid)
+    drop_privileges()
     no_keyrings()
     die_with_parent()
     if select.select([alive_r], [], [], 0)[0]:  # C ended before the line above
@@ -285,6 +271,7 @@ def be_program(stdin_r, out_w, req_r, rep_w, limits):
     for target, fd in enumerate(high):
         os.dup2(fd, target)
     os.closerange(5, 1 << 16)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's (R set the default action)
     return limits
 
 
@@ -343,7 +330,8 @@ def setup():
         raise OSError("no fork server on %s (x86_64 and aarch64 only)" % os.uname().machine)
     ARCH = ARCH[os.uname().machine]
     RUNNER = compile(CONFIG["runner"], "runner", "exec")
-    enter_user_namespace(CONFIG["uid_first"], CONFIG["uid_count"])
+    global PROC
+    PROC = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     build_root(CONFIG["binds"], CONFIG["links"], os.path.dirname(sys.executable))
     os.chdir("/tmp")
     SOCK.send(marshal.dumps({"ready": True}))

@@ -140,6 +140,56 @@ def test_programs_running_at_once_do_not_see_each_others_ptys(fork_server):
     assert [r.outcome for r in results] == ["passed"] * 4, [(r.outcome, r.detail) for r in results]
 
 
+INOTIFY_COUNT = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None)\nreads = []\nfor _ in range(3):\n    r, w = os.pipe()\n"
+    "    if os.fork() == 0:\n        n = 0\n        while n < 60 and libc.inotify_init1(0) >= 0:\n            n += 1\n"
+    "        os.write(w, b'%d ' % n)\n        os._exit(0)\n    os.close(w)\n    reads.append(r)\n"
+    "total = sum(int(os.read(r, 16)) for r in reads)\nos.write(1, b'COUNT%dEND' % total)\n" + RIGHT
+)
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork server", "bubblewrap"])
+def test_a_per_user_kernel_count_is_the_slots_own(fork_server):
+    """The kernel counts inotify instances (and queued signals, message queue bytes) per user up the user
+    namespaces: a runner's namespace is made by its slot's uid, so what one program holds is charged to that uid,
+    never to root or to a uid other programs share. A program counts the instances it can open alone, then beside
+    one that holds 50: the same number (with a namespace made by root, 50 fewer: a channel between programs, and
+    root's own inotify gone on the host)."""
+    holder = "import ctypes, time\nlibc = ctypes.CDLL(None)\nheld = [libc.inotify_init1(0) for _ in range(50)]\n"
+    holder += "time.sleep(1.5)\n" + RIGHT
+    counter = "import time\ntime.sleep(0.5)\n" + INOTIFY_COUNT
+    box = Sandbox(timeout_s=5.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    alone = box.run(INOTIFY_COUNT, TESTS)
+    beside = box.run_many([(holder, TESTS), (counter, TESTS)], max_workers=2)
+    assert alone.outcome == "passed" and [r.outcome for r in beside] == ["passed"] * 2, (alone, beside)
+    count = [int(r.output.decode().split("COUNT", 1)[1].split("END")[0]) for r in (alone, beside[1])]
+    assert count[0] == count[1] > 50, count
+
+
+SIGNALS = {
+    "SIGINT to its group": "import os, signal\ntry:\n    os.kill(0, signal.SIGINT)\nexcept KeyboardInterrupt:\n"
+    "    pass\n",
+    "SIGINT to pid 1": "import os, signal\nos.kill(1, signal.SIGINT)\n",
+    "SIGKILL to its group from a child": "import os, time\nif os.fork() == 0:\n    os.setpgid(0, 0)\n"
+    "    os._exit(0)\ntime.sleep(0.1)\n",
+    "an orphaned group with a stopped member (SIGHUP, SIGCONT)": "import os, signal, time\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\nif os.fork() == 0:\n    if os.fork() == 0:\n"
+    "        os.kill(os.getpid(), signal.SIGSTOP)\n        os._exit(0)\n    os.setpgid(0, 0)\n    time.sleep(0.2)\n"
+    "    os._exit(0)\ntime.sleep(0.6)\n",
+}
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork server", "bubblewrap"])
+@pytest.mark.parametrize("program", SIGNALS.values(), ids=SIGNALS.keys())
+def test_signals_a_right_program_sends_to_its_group_or_pid_1_cost_it_nothing(program, fork_server):
+    """The runner's pid 1 leads a session of its own and handles no signal (so, as a namespace's init, it ignores
+    those from inside); the process outside the namespace that waits for it is in no group the program can name.
+    Before: SIGINT ended the fork server's pid 1 (`failed`), an orphaned group's SIGHUP ended its waiter (`crashed`)."""
+    box = Sandbox(timeout_s=5.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    result = box.run(program + RIGHT, TESTS)
+    assert result.outcome == "passed", result
+
+
 def test_nothing_of_a_program_stays_in_the_fork_server(server):
     """A runner is a fresh fork: what a program changes in its interpreter (a module's attribute, a builtin, the
     import system) is not in the next program's, which is forked from the untouched server."""
@@ -206,7 +256,8 @@ def test_where_the_fork_server_cannot_start_runners_go_through_bubblewrap(monkey
         "sarl.checking.code.spawner.ZYGOTE_SOURCE",
         "import marshal, os\nos.write(0, marshal.dumps({'error': 'OSError: set-up refused'}))\n",
     )
-    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16, uid_base=1_600_000_000)
+    monkeypatch.setattr(Zygote, "_live", {})  # this process's running server is not asked
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16)
     assert box.zygote() is None and "set-up refused" in Zygote.note
     assert box.run(RIGHT, TESTS).outcome == "passed"
     assert "bubblewrap" in box.isolation

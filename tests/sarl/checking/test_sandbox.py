@@ -637,8 +637,8 @@ def test_a_sandbox_that_cannot_start_is_the_harness_not_the_program(sandbox, mon
         pytest.skip(f"no fork server here: {Zygote.note}")
     argv, spawn = broken._bwrap_argv, Zygote.spawn
     monkeypatch.setattr(broken, "_bwrap_argv", lambda: [argv()[0], "--no-such-bwrap-option", *argv()[1:]])
-    if fork_server:  # a uid outside the fork server's user namespace: the runner's tmpfs cannot be given to it
-        monkeypatch.setattr(Zygote, "spawn", lambda self, uid, *rest: spawn(self, uid + (1 << 20), *rest))
+    if fork_server:  # a size its runner cannot mount: it fails in its set-up, before any of the program's code
+        monkeypatch.setattr(Zygote, "spawn", lambda self, uid, tmp, shm, *rest: spawn(self, uid, tmp, "?", *rest))
     result = broken.run(RIGHT, TESTS)
     monkeypatch.undo()
     assert result.outcome == "sandbox_error" and "did not start" in result.detail, result
