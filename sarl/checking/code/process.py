@@ -53,17 +53,41 @@ class Finished(NamedTuple):
 
 def tasks_of(uid: int) -> int:
     """Live tasks (processes and threads, not zombies) whose real uid is `uid`. 0 without /proc."""
-    total = 0
+    return sum(threads for _, threads in _live_of(uid))
+
+
+def _live_of(uid: int) -> list[tuple[int, int]]:
+    """(pid, threads) of each live process whose real uid is `uid`."""
+    found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
             continue
         try:
             fields = dict(line.split(":", 1) for line in Path(entry.path, "status").read_text().splitlines())
             if int(fields["Uid"].split()[0]) == uid and fields["State"].split()[0] not in ("Z", "X"):
-                total += int(fields["Threads"])
+                found.append((int(entry.name), int(fields["Threads"])))
         except (OSError, KeyError, ValueError, IndexError):
             continue
-    return total
+    return found
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every live process of `uid` (a killed runner's uid: no process of it may outlive its run, even one
+    that was made to survive its namespace's teardown). Each through a pidfd opened before its uid is checked, so
+    a pid that ended and was reused by another process in between is never signalled."""
+    for pid, _ in _live_of(uid):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            if int(fields["Uid"].split()[0]) == uid:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except (OSError, KeyError, ValueError, IndexError):
+            pass
+        finally:
+            os.close(pidfd)
 
 
 _JUDGES: weakref.WeakSet = weakref.WeakSet()
@@ -460,13 +484,15 @@ def with_fds(source: str, fds: str) -> str:
 
 
 def wait_uid_gone(uid: int, limit_s: float = 2.0) -> None:
-    """Wait (at most `limit_s`) until no live process of the runner's uid is left (the pid namespace's teardown
-    after bwrap is killed is asynchronous), so none outlives the run."""
+    """Wait (at most `limit_s`) until no live process of the runner's uid is left: the pid namespace's teardown
+    after its runner is killed is asynchronous, and a process of the program that escaped it (its pid 1 traced
+    and changed) is killed here, by its uid, so none outlives the run."""
     deadline = time.monotonic() + limit_s
     while tasks_of(uid):
         if time.monotonic() > deadline:
             log.warning("sandbox: uid %d still had processes %.1f s after SIGKILL", uid, limit_s)
             return
+        kill_uid(uid)
         time.sleep(0.005)
 
 

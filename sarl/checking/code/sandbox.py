@@ -379,8 +379,8 @@ class Sandbox:
             )
         if self.zygote() is not None:
             start = (
-                "a fork server's fresh fork per program (its own mount, pid, net, ipc, uts and cgroup namespaces in a "
-                "user namespace that allows no other; seccomp: no keyrings; / /dev /usr read-only; tmpfs "
+                "a fork server's fresh fork per program (user, mount, pid, net, ipc, uts and cgroup namespaces of its "
+                "own, no further user namespace; seccomp: no keyrings; / /dev /usr read-only; tmpfs "
             )
         else:
             start = f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; / /dev /usr read-only; tmpfs "

@@ -2,9 +2,9 @@
 
 A runner through bubblewrap costs `sh` (the cgroup), `setpriv` (the uid), bubblewrap (namespaces, mounts) and a
 fresh interpreter: about 12 ms of CPU before the program's first line. The zygote, started once per process, sets
-up what never changes (a user namespace mapping the slots' uids, the read-only root) and imports the runner once;
-per program it forks, and the fork makes the program's own namespaces, tmpfs, cgroup and uid (zygote.py says how):
-about 3-4 ms. Every runner is still a fresh process that runs exactly one program.
+up what never changes (the read-only root) and imports the runner once; per program it forks, and the fork makes
+the program's own user and other namespaces, tmpfs, cgroup and uid (zygote.py says how): about 4 ms. Every runner
+is still a fresh process that runs exactly one program.
 
 `Zygote.get(box, runner_source)` is this process's fork server for a sandbox's settings (started on first use,
 again after it died; None where it cannot start, with the reason in `Zygote.note`: the runners then go through

@@ -1,19 +1,22 @@
-"""The runners' fork server (`sarl.checking.code.process.Zygote`): trusted, one per process that judges as root.
+"""The runners' fork server (`sarl.checking.code.spawner.Zygote`): trusted, one per process that judges as root.
 
-Run as `python -I -S -c <this file> <config>`; never imported by the project. Started once, it enters a user
-namespace of its own (uid 0 and the program slots' uids mapped to themselves; no further user namespace can be made
-in it) and a mount namespace whose root is a read-only tmpfs holding only what bubblewrap's runner had: /usr and its
-links read-only, the interpreter's prefix, a minimal /dev. It imports what the runner imports and compiles the
-runner once. Then, for each program, on request over its socket (descriptor 0: the request and the runner's pipes):
+Run as `python -I -S -c <this file> <config>`; never imported by the project. Started once (as root, in the
+host's user namespace), it makes a mount namespace whose root is a read-only tmpfs holding only what bubblewrap's
+runner had: /usr and its links read-only, the interpreter's prefix, a minimal /dev; it keeps the host's /proc open
+for its children, imports what the runner imports and compiles the runner once. Then, for each program, on request
+over its socket (descriptor 0: the request and the runner's pipes):
 
-- C (a fork of this process) makes fresh mount, pid, network, IPC and UTS namespaces, mounts a sized tmpfs on
-  /tmp and /dev/shm owned by the slot's uid, brings up its loopback, starts R, then drops every capability and
-  waits for R, and exits as R did (and says so on its status pipe);
-- R, pid 1 of the new pid namespace, joins the program's cgroup and a cgroup namespace of its own, sets
-  no_new_privs, drops every capability (the bounding set too) and becomes the slot's uid, starts P, reaps orphans
-  and exits as P did (the kernel ends every process left in the namespace before R's exit is reported);
+- C (a fork of this process) leads a session of its own, becomes the slot's uid and, as bubblewrap's runner does,
+  makes a user namespace owned by that uid and mapping only it (no process in it can make another), with fresh
+  mount, pid, network, IPC and UTS namespaces; it mounts a sized tmpfs on /tmp and /dev/shm owned by the slot's
+  uid and a devpts of its own, brings up its loopback, starts R, drops every capability and waits for R; it exits
+  as R did (and says so on its status pipe);
+- R, pid 1 of the new pid namespace, leads a session of its own, joins the program's cgroup and a cgroup namespace,
+  sets no_new_privs, drops every capability (the bounding set too), installs a seccomp filter (no keyrings), starts
+  P, reaps orphans and exits as P did (the kernel ends every process left in the namespace before R's exit is
+  reported);
 - P, pid 2, holds only its stdin, stdout/stderr and the judge's two pipes, and runs the runner's code as a fresh
-  interpreter's `__main__` would; the interpreter's own exit follows.
+  interpreter's `__main__` would, then ends without the interpreter's finalisation.
 
 Nothing of a program ever runs here: P is a fresh fork for every program, and this process only forks. C and R
 die with their parent (PR_SET_PDEATHSIG); this process ends when its socket closes.
@@ -117,6 +120,8 @@ def build_root(binds, links, python_dir):
     for node in ("null", "zero", "full", "random", "urandom", "tty"):
         os.close(os.open(dev + "/" + node, os.O_CREAT | os.O_WRONLY, 0o666))
         mount("/dev/" + node, dev + "/" + node, None, MS_BIND)
+        remount_ro(dev + "/" + node, MS_NOSUID | MS_NOEXEC)  # the device still reads and writes; its inode is the
+        # host's, shared by every program: read-only, no program can change its times (a channel to the next one)
     for sub in ("shm", "pts"):
         os.mkdir(dev + "/" + sub)
     os.symlink("pts/ptmx", dev + "/ptmx")  # each program's own devpts instance (C mounts it)
@@ -199,7 +204,7 @@ def start(request, fds):
     check(LIBC.sethostname(b"sandbox", 7), "sethostname")
     for path, size in (("/tmp", request["tmp_bytes"]), ("/dev/shm", request["shm_bytes"])):
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0755,uid=%d,gid=%d" % (size, uid, uid))
-    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620,max=64")
     loopback_up()
     os.chdir("/tmp")
     alive_r, alive_w = os.pipe()
@@ -234,6 +239,7 @@ def enter_namespaces(uid):
     write_file("self/uid_map", "%d %d 1\n" % (uid, uid))
     write_file("self/gid_map", "%d %d 1\n" % (uid, uid))
     write_file("sys/user/max_user_namespaces", "0")
+    check(LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
 
 
 def be_init(alive_r, cgroup, pipes, limits):
@@ -252,8 +258,11 @@ def be_init(alive_r, cgroup, pipes, limits):
     if select.select([alive_r], [], [], 0)[0]:  # C ended before the line above
         os._exit(125)
     os.close(alive_r)
+    # R is not dumpable (from C): the program, of the same uid, cannot ptrace pid 1 to unset its parent-death signal
+    # and outlive its run. P is, as a fresh interpreter: its own processes are its own to trace.
     program = os.fork()
     if program == 0:
+        check(LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
         return be_program(*pipes, limits)
     os.closerange(0, 1 << 16)
     while True:

@@ -249,6 +249,64 @@ def test_a_runner_killed_at_its_timeout_takes_its_whole_namespace_with_it(server
     assert [pid for pid, uid in live_uids() if first <= uid < last] == []
 
 
+HIJACK_PID_1 = """
+import ctypes, os, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.ptrace.restype = ctypes.c_long
+PEEK, GETREGS, SETREGS, ATTACH, DETACH, STEP = 1, 12, 13, 16, 17, 9
+RAX, RDI, RSI, ORIG, RIP = 10, 14, 13, 15, 16
+def regs():
+    buf = ctypes.create_string_buffer(27 * 8)
+    assert libc.ptrace(GETREGS, 1, None, buf) == 0
+    return list(struct.unpack("27Q", buf.raw))
+def setregs(r):
+    assert libc.ptrace(SETREGS, 1, None, ctypes.create_string_buffer(struct.pack("27Q", *r), 27 * 8)) == 0
+attached = libc.ptrace(ATTACH, 1, None, None) == 0
+os.write(1, b"ATTACHED" if attached else b"REFUSED")
+if attached:  # pid 1 sits in wait4: run prctl(PR_SET_PDEATHSIG, 0) through its syscall instruction
+    os.waitpid(1, 0x40000000)
+    saved = regs()
+    r = list(saved)
+    r[RIP], r[RAX], r[RDI], r[RSI], r[ORIG] = saved[RIP] - 2, 157, 1, 0, (1 << 64) - 1
+    setregs(r)
+    libc.ptrace(STEP, 1, None, None)
+    os.waitpid(1, 0x40000000)
+    setregs(saved)
+    libc.ptrace(DETACH, 1, None, None)
+if os.fork() == 0:
+    time.sleep(60)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the hijack's registers are x86_64's")
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork server", "bubblewrap"])
+def test_a_program_that_unsets_its_pid_1s_parent_death_signal_still_ends_with_its_run(fork_server):
+    """A program traces its namespace's pid 1 (same uid) and unsets its parent-death signal, so that killing the
+    runner no longer ends the namespace, then sleeps with a child. The fork server's pid 1 is not dumpable, so it
+    cannot be traced; bubblewrap's can, and what survives its kill is killed by its uid before `run` returns."""
+    box = Sandbox(timeout_s=2.0, memory_mb=512, disk_mb=16, fork_server=fork_server)
+    result = box.run(HIJACK_PID_1 + RIGHT, TESTS)
+    assert result.outcome in ("timeout", "failed") and result.score() == 0.0, result
+    if fork_server:
+        assert b"REFUSED" in result.output, result.output
+    first, last = box.uid_base, box.uid_base + SLOTS_PER_PROCESS
+    assert [pid for pid, uid in live_uids() if first <= uid < last] == []
+
+
+def test_a_device_node_the_host_shares_keeps_no_mark_of_a_program():
+    """/dev's nodes are the host's inodes, shared by every program: in the fork server's runner they are read-only
+    binds (the device itself still reads and writes), so no program can set their times for the next one to read."""
+    box = Sandbox(timeout_s=3.0, memory_mb=512, disk_mb=16)
+    touch = (
+        "import errno, os\ntry:\n    os.utime('/dev/full')\n    refused = False\nexcept OSError as err:\n"
+        "    refused = err.errno == errno.EROFS\nwith open('/dev/null', 'wb') as f:\n    f.write(b'x')\n"
+        "assert open('/dev/zero', 'rb').read(4) == bytes(4)\ndef add(a, b):\n    return a + b if refused else 0\n"
+    )
+    assert box.run(touch, TESTS).outcome == "passed"
+
+
 def test_where_the_fork_server_cannot_start_runners_go_through_bubblewrap(monkeypatch):
     """A fork server that cannot set up (here: its source raises) is said once, in `Zygote.note` and a warning; the
     runners then start through bubblewrap and the programs are judged as before."""
