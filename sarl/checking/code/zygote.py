@@ -334,12 +334,11 @@ def serve():
 
 
 def setup():
-    global ARCH, RUNNER
+    global ARCH, RUNNER, PROC
     if os.uname().machine not in ARCH:
         raise OSError("no fork server on %s (x86_64 and aarch64 only)" % os.uname().machine)
     ARCH = ARCH[os.uname().machine]
     RUNNER = compile(CONFIG["runner"], "runner", "exec")
-    global PROC
     PROC = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     build_root(CONFIG["binds"], CONFIG["links"], os.path.dirname(sys.executable))
     os.chdir("/tmp")
