@@ -63,12 +63,16 @@ def _live_of(uid: int) -> list[tuple[int, int]]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = dict(line.split(":", 1) for line in Path(entry.path, "status").read_text().splitlines())
+            fields = _status(entry.name)
             if int(fields["Uid"].split()[0]) == uid and fields["State"].split()[0] not in ("Z", "X"):
                 found.append((int(entry.name), int(fields["Threads"])))
         except (OSError, KeyError, ValueError, IndexError):
             continue
     return found
+
+
+def _status(pid: int | str) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
 
 
 def kill_uid(uid: int) -> None:
@@ -81,8 +85,7 @@ def kill_uid(uid: int) -> None:
         except OSError:
             continue
         try:
-            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-            if int(fields["Uid"].split()[0]) == uid:
+            if int(_status(pid)["Uid"].split()[0]) == uid:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except (OSError, KeyError, ValueError, IndexError):
             pass
