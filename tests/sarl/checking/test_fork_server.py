@@ -140,11 +140,16 @@ def test_programs_running_at_once_do_not_see_each_others_ptys(fork_server):
     assert [r.outcome for r in results] == ["passed"] * 4, [(r.outcome, r.detail) for r in results]
 
 
+# Three children (a process may hold few descriptors) each open up to 60 and hold them until all three have counted:
+# a child that exited early would give its instances back to the next one, and the count would depend on timing.
 INOTIFY_COUNT = (
-    "import ctypes, os\nlibc = ctypes.CDLL(None)\nreads = []\nfor _ in range(3):\n    r, w = os.pipe()\n"
-    "    if os.fork() == 0:\n        n = 0\n        while n < 60 and libc.inotify_init1(0) >= 0:\n            n += 1\n"
-    "        os.write(w, b'%d ' % n)\n        os._exit(0)\n    os.close(w)\n    reads.append(r)\n"
-    "total = sum(int(os.read(r, 16)) for r in reads)\nos.write(1, b'COUNT%dEND' % total)\n" + RIGHT
+    "import ctypes, os\nlibc = ctypes.CDLL(None)\ngo_r, go_w = os.pipe()\nreads = []\nfor _ in range(3):\n"
+    "    r, w = os.pipe()\n    if os.fork() == 0:\n        os.close(go_w)\n        n = 0\n"
+    "        while n < 60 and libc.inotify_init1(0) >= 0:\n            n += 1\n"
+    "        os.write(w, b'%d ' % n)\n        os.read(go_r, 1)\n        os._exit(0)\n"
+    "    os.close(w)\n    reads.append(r)\n"
+    "total = sum(int(os.read(r, 16)) for r in reads)\nos.close(go_w)\nfor _ in reads:\n    os.wait()\n"
+    "os.write(1, b'COUNT%dEND' % total)\n" + RIGHT
 )
 
 
