@@ -1,5 +1,5 @@
 """Code execution throughput and worst cases: `sarl.checking.code.sandbox` (a fresh runner per program, from the fork
-server as root, and then through bubblewrap as well, + a separate judge) on
+server, + a separate judge; run as root, also through bubblewrap and as a caller that is not root) on
 MBPP-like programs vs. what a user would write first (one plain `subprocess.run(["python", "-c", program + tests])` per
 program) and the start-up floor (the same with `python -I -S`: no site-packages), each side at the same
 concurrency (the reward's `max_workers`, default min(8, cores)) and one at a time, on the same programs and tests;
@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.bench.common import median
+from sarl.bench.unprivileged import UNPRIVILEGED_UID, AsUser
 from sarl.checking.code.sandbox import Sandbox
 
 # (solution, MBPP-style tests): ordinary programs of the size MBPP's solutions have.
@@ -131,25 +132,35 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     ok_ours = [r.outcome for r in sandbox.run_many(jobs, workers)]  # warm-up and correctness (not timed)
     ok_plain = plain_subprocess(jobs, sandbox.timeout_s)
     timeout = sandbox.timeout_s
-    # with the fork server (root), its alternative too: what a caller that is not root, or a machine where the server
-    # cannot start, gets
+    # with the fork server, its alternative too (what a machine where the server cannot start gets), and as root
+    # the sandbox of a caller that is not root (most cluster users: no slot uids, no cgroup), in a helper process
     wrapped = Sandbox(**{**settings, "fork_server": False}) if sandbox.zygote() is not None else None
     ok_wrapped = [r.outcome for r in wrapped.run_many(jobs, workers)] if wrapped else []
+    user = AsUser(UNPRIVILEGED_UID + os.getpid() % 1_000_000, settings) if os.geteuid() == 0 else None
+    ok_user = [r.outcome for r in user.run_many(jobs, workers)] if user else []
+    if user is not None:
+        console.print(f"not root: {user.info['isolation']}")
     sides = {}
     for how, n in (("concurrent", workers), ("one at a time", 1)):
         sides[f"sandbox, {how}"] = partial(sandbox.run_many, jobs, n)
         if wrapped is not None:
             sides[f"sandbox through bubblewrap, {how}"] = partial(wrapped.run_many, jobs, n)
+        if user is not None:
+            sides[f"sandbox, caller not root, {how}"] = partial(user.run_many, jobs, n)
         sides[f"plain subprocess.run, {how}"] = partial(plain_subprocess, jobs, timeout, (), n)
         sides[f"python -I -S (the floor), {how}"] = partial(plain_subprocess, jobs, timeout, ("-I", "-S"), n)
     wall: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(cfg.repeats):  # alternating: a load change on the shared machine favours no side
-        for name, fn in sides.items():
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(cpu_seconds() - c0)
+    try:
+        for _ in range(cfg.repeats):  # alternating: a load change on the shared machine favours no side
+            for name, fn in sides.items():
+                c0, t0 = cpu_seconds(), time.perf_counter()
+                fn()
+                wall[name].append(time.perf_counter() - t0)
+                cpu[name].append(cpu_seconds() - c0)
+    finally:
+        if user is not None:
+            user.close()
     rates = {name: len(jobs) / median(ts) for name, ts in wall.items()}
     per_cpu = {name: len(jobs) / max(median(ts), 1e-9) for name, ts in cpu.items()}
     table = Table(title=f"{len(jobs)} MBPP-like programs, median of {cfg.repeats} alternating repeats")
@@ -158,7 +169,8 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     for name, rate in rates.items():
         how = name.split(", ")[-1]
         floor = rates[f"python -I -S (the floor), {how}"]
-        outcomes = ok_wrapped if "bubblewrap" in name else ok_ours if name.startswith("sandbox") else None
+        outcomes = ok_wrapped if "bubblewrap" in name else ok_user if "not root" in name else None
+        outcomes = ok_ours if outcomes is None and name.startswith("sandbox") else outcomes
         passed = all(o == "passed" for o in outcomes) if outcomes is not None else all(ok_plain)  # same code
         table.add_row(name, f"{rate:.1f}", f"{rate / floor:.2f}x", f"{per_cpu[name]:.1f}", str(passed))
     console.print(table)
@@ -189,6 +201,12 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
         "programs_per_cpu_s": per_cpu,
         "floor_ratio": floor_ratio,  # the sandbox's programs/s over the floor's, both `workers` at a time
         "per_core_ratio": per_cpu["sandbox, concurrent"] / per_cpu["python -I -S (the floor), concurrent"],
+        "not_root_floor_ratio": (
+            rates["sandbox, caller not root, concurrent"] / rates["python -I -S (the floor), concurrent"]
+            if user
+            else None
+        ),
+        "not_root_isolation": user.info["isolation"] if user else None,
         "all_passed": all(o == "passed" for o in ok_ours),
         "hostile": hostile,
     }

@@ -178,8 +178,11 @@ def test_quick_code_exec_suite():
         assert col in text
     assert out["programs"] == 8 and out["all_passed"]
     sides = ["sandbox", "plain subprocess.run", "python -I -S (the floor)"]
-    if "fork server" in out["isolation"]:  # root: the fork server's runners, and bubblewrap's beside them
+    if "fork server" in out["isolation"]:  # the fork server's runners, and bubblewrap's beside them
         sides.append("sandbox through bubblewrap")
+    if os.geteuid() == 0:  # and the sandbox of a caller that is not root, from a helper process as another uid
+        sides.append("sandbox, caller not root")
+        assert out["not_root_floor_ratio"] > 0 and "(the caller's)" in out["not_root_isolation"]
     assert set(out["programs_per_s"]) == {f"{s}, {how}" for s in sides for how in ("concurrent", "one at a time")}
     assert out["floor_ratio"] > 0 and f"{out['max_workers']} at a time on every concurrent side" in " ".join(
         text.split()

@@ -24,6 +24,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from sarl.checking.code.seccomp import seccomp_filter
 from sarl.checking.code.spawner import Spawned
 from sarl.checking.code.wire import WireError, wire_frame, wire_loads
 
@@ -200,6 +201,20 @@ def close_judges() -> None:
 atexit.register(close_judges)
 
 
+def seccomp_pipe() -> int | None:
+    """The read end of a pipe holding the programs' seccomp filter (sarl.checking.code.seccomp), for bubblewrap's
+    `--seccomp`; None on a machine the filter has no numbers for."""
+    code = seccomp_filter()
+    if code is None:
+        return None
+    r, w = os.pipe()
+    try:
+        os.write(w, code)  # a few hundred bytes: well within a pipe's buffer
+    finally:
+        os.close(w)
+    return r
+
+
 def start_side(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> subprocess.Popen:
     """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so the
     parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process that holds
@@ -242,22 +257,27 @@ class Runner:
         req_r, req_w = os.pipe()  # judge -> runner: requests
         rep_r, rep_w = os.pipe()  # runner -> judge: replies
         self.judge_fds: tuple[int, ...] = (req_w, rep_r)  # the judge's ends, until `hand_to`
+        rules = None
         try:
             groups = box.cgroups()
             if groups:
                 self.cgroup = groups.slot(self.slot, (box.memory_mb + box.disk_mb) << 20, box.max_processes + 3)
                 self.oom_before = self.cgroup.oom_kills()
             zygote = box.zygote()
-            if zygote is not None and self.uid is not None:
+            if zygote is not None:
                 tmp = (box.disk_mb << 20) - box.shm_bytes
                 procs = self.cgroup.procs if self.cgroup else ()
-                self.proc = zygote.spawn(self.uid, tmp, box.shm_bytes, box._limits(True, own=3), (req_r, rep_w), procs)
+                ids = (self.uid, self.uid) if self.uid is not None else (os.getuid(), os.getgid())
+                limits = box._limits(True, own=3)
+                self.proc = zygote.spawn(*ids, tmp, box.shm_bytes, limits, (req_r, rep_w), procs)
             else:
                 boot = with_fds(RUNNER_BOOT, json.dumps([req_r, rep_w]))
+                rules = seccomp_pipe()  # bubblewrap reads it whole before it starts the runner
+                seccomp = ("--seccomp", str(rules)) if rules is not None else ()
                 self.proc = start_side(
-                    [*box._bwrap_argv(), box.python, "-I", "-S", "-c", boot],
+                    [*box._bwrap_argv()[:-1], *seccomp, "--", box.python, "-I", "-S", "-c", boot],
                     box._limits(runner=True),
-                    (req_r, rep_w),
+                    (req_r, rep_w) if rules is None else (req_r, rep_w, rules),
                     self.uid,
                     cwd="/",
                     stderr=subprocess.STDOUT,
@@ -267,8 +287,8 @@ class Runner:
             self.stop()
             raise
         finally:
-            os.close(req_r)
-            os.close(rep_w)
+            for fd in (req_r, rep_w) if rules is None else (req_r, rep_w, rules):
+                os.close(fd)
 
     def oom_now(self) -> bool:
         """Whether the kernel has killed a process of its cgroup for memory since it started."""

@@ -3,15 +3,16 @@ runs the tests and computes the verdict (decisions §8, docs/sandbox.md).
 
 One program -> two processes, joined by two pipes that carry framed plain data (`sarl.checking.code.wire`):
 
-- **The runner** (`runner.py`, untrusted): as root a fresh fork of this process's fork server (`zygote.py`,
-  `sarl.checking.code.spawner`), else `bwrap ... python -I -S`; in fresh pid, network, ipc, uts, mount and cgroup
+- **The runner** (`runner.py`, untrusted): a fresh fork of this process's fork server (`zygote.py`,
+  `sarl.checking.code.spawner`), or `bwrap ... python -I -S`; in fresh pid, network, ipc, uts, mount and cgroup
   namespaces, no user namespace of its own making, all capabilities dropped, as an unprivileged uid of its
   own (`uid_base` + a slot per concurrent program when the caller is root; the caller's uid otherwise, since
   RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter's prefix)
   read-only; its only writable mounts are /dev/shm and /tmp (its cwd and HOME), private tmpfs that hold `disk_mb`
   together; no /proc, no /etc, no view of the project, the home directory or the host's /tmp. RLIMIT_CPU,
   RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and, where this process can make one, a
-  cgroup of its own bounding the memory and tasks of all its processes together (`sarl.checking.code.cgroup`). It gets
+  cgroup of its own bounding the memory and tasks of all its processes together (`sarl.checking.code.cgroup`); a
+  seccomp filter (`sarl.checking.code.seccomp`: no keyrings, nothing that reaches its pid 1). It gets
   the program (and the problem's prelude) and never the tests.
 - **The judge** (`judge.py`, trusted): `python -I -S` as an unprivileged uid (65534 for a root caller),
   in a private directory, with memory and CPU limits. It runs the tests; every value they compare comes from the
@@ -244,7 +245,7 @@ class Sandbox:
     `python`: the interpreter both sides run (None: this one when the sandbox's uids can run it, else python3 on
     PATH); `bwrap`: the bubblewrap binary (None: `find_bwrap()`); `use_cgroups`: bound each program's processes
     together in a cgroup where this process can make one (sarl.checking.code.cgroup; `isolation` says which holds);
-    `fork_server`: as root, start runners from a fork server (sarl.checking.code.spawner) instead of bubblewrap.
+    `fork_server`: start runners from a fork server (sarl.checking.code.spawner) instead of bubblewrap.
     """
 
     def __init__(
@@ -350,8 +351,8 @@ class Sandbox:
         return max(1, self.disk_mb // 4) << 20
 
     def zygote(self) -> Zygote | None:
-        """The fork server runners start from (root only; None: through bubblewrap, `Zygote.note` says why)."""
-        if not (self.as_root and self.fork_server):
+        """The fork server runners start from (None: through bubblewrap; `Zygote.note` says why, if it failed)."""
+        if not self.fork_server:
             return None
         return Zygote.get(self, RUNNER_SOURCE)
 

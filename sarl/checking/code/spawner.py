@@ -1,4 +1,4 @@
-"""Runners started by a fork server (`zygote.py`) instead of bubblewrap, when this process is root.
+"""Runners started by a fork server (`zygote.py`) instead of bubblewrap.
 
 A runner through bubblewrap costs `sh` (the cgroup), `setpriv` (the uid), bubblewrap (namespaces, mounts) and a
 fresh interpreter: about 12 ms of CPU before the program's first line. The zygote, started once per process, sets
@@ -26,6 +26,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from sarl.checking.code.seccomp import seccomp_filter
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ class Zygote:
         while args:
             kind, src, dst, *args = args
             (binds if kind == "--ro-bind" else links).append((src, dst))
-        config = {"binds": binds, "links": links, "runner": runner_source}
+        config = {"binds": binds, "links": links, "runner": runner_source, "seccomp": seccomp_filter()}
         self.owner, self.lock = os.getpid(), threading.Lock()
         self.err = tempfile.TemporaryFile()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -163,10 +165,12 @@ class Zygote:
         self.err.seek(max(0, self.err.tell() - 2048))
         return self.err.read()
 
-    def spawn(self, uid: int, tmp_bytes: int, shm_bytes: int, limits: str, pipes: tuple[int, int], cgroup) -> Spawned:
-        """Start one runner as `uid` (its own tmpfs sizes, the runner's limits, the judge's two pipe ends `pipes`,
-        the `cgroup.procs` files it joins)."""
-        request = {"uid": uid, "tmp_bytes": tmp_bytes, "shm_bytes": shm_bytes, "limits": limits}
+    def spawn(
+        self, uid: int, gid: int, tmp_bytes: int, shm_bytes: int, limits: str, pipes: tuple[int, int], cgroup
+    ) -> Spawned:
+        """Start one runner as `uid` and `gid` (a slot's, as root; else this process's own), with its own tmpfs
+        sizes, the runner's limits, the judge's two pipe ends `pipes` and the `cgroup.procs` files it joins."""
+        request = {"uid": uid, "gid": gid, "tmp_bytes": tmp_bytes, "shm_bytes": shm_bytes, "limits": limits}
         ours: list[int] = []
         theirs: list[int] = []
         try:

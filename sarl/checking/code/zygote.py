@@ -1,20 +1,21 @@
-"""The runners' fork server (`sarl.checking.code.spawner.Zygote`): trusted, one per process that judges as root.
+"""The runners' fork server (`sarl.checking.code.spawner.Zygote`): trusted, one per process that judges code.
 
 Run as `python -I -S -c <this file> <config>`; never imported by the project. Started once (as root, in the
-host's user namespace), it makes a mount namespace whose root is a read-only tmpfs holding only what bubblewrap's
-runner had: /usr and its links read-only, the interpreter's prefix, a minimal /dev; it keeps the host's /proc open
-for its children, imports what the runner imports and compiles the runner once. Then, for each program, on request
-over its socket (descriptor 0: the request and the runner's pipes):
+host's user namespace; as any other uid, in a user namespace of its own that maps only that uid and gid, where it
+may mount as bubblewrap does for such a caller), it makes a mount namespace whose root is a read-only tmpfs holding
+only what bubblewrap's runner had: /usr and its links read-only, the interpreter's prefix, a minimal /dev; it keeps
+the host's /proc open for its children, imports what the runner imports and compiles the runner once. Then, for
+each program, on request over its socket (descriptor 0: the request and the runner's pipes):
 
-- C (a fork of this process) leads a session of its own, becomes the slot's uid and, as bubblewrap's runner does,
-  makes a user namespace owned by that uid and mapping only it (no process in it can make another), with fresh
-  mount, pid, network, IPC and UTS namespaces; it mounts a sized tmpfs on /tmp and /dev/shm owned by the slot's
-  uid and a devpts of its own, brings up its loopback, starts R, drops every capability and waits for R; it exits
-  as R did (and says so on its status pipe);
+- C (a fork of this process) leads a session of its own, becomes the slot's uid (as root; else it is the caller's)
+  and, as bubblewrap's runner does, makes a user namespace owned by that uid and mapping only it (no process in it
+  can make another), with fresh mount, pid, network, IPC and UTS namespaces; it mounts a sized tmpfs on /tmp and
+  /dev/shm owned by that uid and a devpts of its own, brings up its loopback, starts R, drops every capability and
+  waits for R; it exits as R did (and says so on its status pipe);
 - R, pid 1 of the new pid namespace, leads a session of its own, joins the program's cgroup and a cgroup namespace,
-  sets no_new_privs, drops every capability (the bounding set too), installs a seccomp filter (no keyrings), starts
-  P, reaps orphans and exits as P did (the kernel ends every process left in the namespace before R's exit is
-  reported);
+  sets no_new_privs, drops every capability (the bounding set too), installs the programs' seccomp filter (no
+  keyrings, nothing that reaches pid 1: sarl.checking.code.seccomp), starts P, reaps orphans and exits as P did
+  (the kernel ends every process left in the namespace before R's exit is reported);
 - P, pid 2, holds only its stdin, stdout/stderr and the judge's two pipes, and runs the runner's code as a fresh
   interpreter's `__main__` would, then ends without the interpreter's finalisation.
 
@@ -39,6 +40,7 @@ import sys
 
 CONFIG = marshal.loads(bytes.fromhex(sys.argv[1]))
 RUNNER = None
+FILTER = b""  # the programs' seccomp filter (sarl.checking.code.seccomp), from the config
 LIBC = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -50,9 +52,9 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_READ, PR_CAPBSET_DROP = 1, 4, 23, 
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-# per machine: pivot_root's number, the audit arch seccomp sees, add_key / request_key / keyctl's numbers
-ARCH = {"x86_64": (155, 0xC000003E, (248, 249, 250)), "aarch64": (41, 0xC00000B7, (217, 218, 219))}
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # the system call's number per machine
 ZYGOTE = os.getpid()
+ZYGOTE_ROOT = os.geteuid() == 0  # root: each runner becomes its slot's uid; else all run as the caller's uid
 PROC = -1  # the host's /proc, for C's own maps
 SOCK = socket.socket(fileno=0)
 
@@ -95,6 +97,22 @@ def write_file(path, text):
         os.close(fd)
 
 
+def map_only(uid, gid):
+    """The user namespace this process has just made maps `uid` and `gid` to themselves, nothing else; no
+    supplementary group can be set in it."""
+    write_file("self/setgroups", "deny")
+    write_file("self/uid_map", "%d %d 1\n" % (uid, uid))
+    write_file("self/gid_map", "%d %d 1\n" % (gid, gid))
+
+
+def own_user_namespace():
+    """Not root: a user namespace of this process's own (its uid and gid mapped to themselves), in which it may
+    mount its read-only root and its forks may make each program's namespaces, as bubblewrap does unprivileged."""
+    uid, gid = os.geteuid(), os.getegid()
+    check(LIBC.unshare(CLONE_NEWUSER), "unshare(user)")
+    map_only(uid, gid)
+
+
 def build_root(binds, links, python_dir):
     """A fresh mount namespace whose root is a read-only tmpfs: `binds` read-only, `links`, a minimal /dev, empty
     /tmp and /dev/shm for each program's own tmpfs."""
@@ -130,7 +148,7 @@ def build_root(binds, links, python_dir):
     os.symlink("/proc/self/fd", dev + "/fd")
     os.mkdir(new + "/tmp")
     os.mkdir(new + "/.old")
-    check(LIBC.syscall(ARCH[0], new.encode(), (new + "/.old").encode()), "pivot_root")
+    check(LIBC.syscall(PIVOT_ROOT, new.encode(), (new + "/.old").encode()), "pivot_root")
     os.chdir("/")
     check(LIBC.umount2(b"/.old", 2), "umount /.old")  # MNT_DETACH
     os.rmdir("/.old")
@@ -169,19 +187,11 @@ def drop_privileges():
     check(LIBC.capset(struct.pack("Ii", 0x20080522, 0), bytes(24)), "capset")  # _LINUX_CAPABILITY_VERSION_3
 
 
-def no_keyrings():
-    """A seccomp filter (after no_new_privs; inherited, never removable): add_key, request_key and keyctl fail with
-    EPERM, as do system calls of another ABI (x32, i386). The kernel's keyrings are kept per uid and user namespace,
-    which programs of a slot share here: a key one program left would be read by the slot's next program."""
-    denied = ARCH[2]
-    last = 5 + len(denied) + 1  # the final "EPERM"
-    prog = [(0x20, 0, 0, 4), (0x15, 1, 0, ARCH[1]), (0x06, 0, 0, 0x00050001)]  # load arch; not ours: EPERM
-    prog += [(0x20, 0, 0, 0), (0x35, last - 5, 0, 0x40000000)]  # load the number; an x32 number: EPERM
-    prog += [(0x15, last - i - 1, 0, nr) for i, nr in enumerate(denied, start=5)]  # a keyring call: EPERM
-    prog += [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050001)]  # allow; EPERM
-    code = b"".join(struct.pack("HBBI", *op) for op in prog)
+def install_filter(code):
+    """The seccomp filter `code` (sarl.checking.code.seccomp's, built by the parent; after no_new_privs; inherited,
+    never removable): no keyrings, nothing that reaches pid 1, no other ABI."""
     buf = ctypes.create_string_buffer(code, len(code))
-    fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(buf))
+    fprog = struct.pack("HxxxxxxQ", len(code) // 8, ctypes.addressof(buf))
     check(LIBC.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
@@ -199,11 +209,11 @@ def start(request, fds):
     stdin_r, out_w, req_r, rep_w, status_w = fds[:5]
     SOCK.close()
     os.setsid()
-    uid = request["uid"]
-    enter_namespaces(uid)
+    uid, gid = request["uid"], request["gid"]
+    enter_namespaces(uid, gid)
     check(LIBC.sethostname(b"sandbox", 7), "sethostname")
     for path, size in (("/tmp", request["tmp_bytes"]), ("/dev/shm", request["shm_bytes"])):
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0755,uid=%d,gid=%d" % (size, uid, uid))
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0755,uid=%d,gid=%d" % (size, uid, gid))
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620,max=64")
     loopback_up()
     os.chdir("/tmp")
@@ -224,20 +234,20 @@ def start(request, fds):
     os._exit(status)
 
 
-def enter_namespaces(uid):
-    """As bubblewrap's runner: become the slot's uid, then make a user namespace (owned by that uid, so the kernel's
-    per-user counts, inotify instances, queued signals, message queues, land on the slot as they would for
-    bubblewrap, not on root) mapping only it, with fresh mount, pid, network, IPC and UTS namespaces in it; no
-    process in it can make another user namespace."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)  # from root: every capability of the host's namespace is gone
+def enter_namespaces(uid, gid):
+    """As bubblewrap's runner: become the slot's uid (as root; any other caller already is the uid its programs
+    run as), then make a user namespace (owned by that uid, so the kernel's per-user counts, inotify instances,
+    queued signals, message queues, land on the slot as they would for bubblewrap, not on root) mapping only it,
+    with fresh mount, pid, network, IPC and UTS namespaces in it; no process in it can make another user
+    namespace. Entered, C holds no capability in this process's namespace."""
+    if ZYGOTE_ROOT:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)  # from root: every capability of the host's namespace is gone
     check(LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # its own /proc files are its own again
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID
     check(LIBC.unshare(flags), "unshare")
-    write_file("self/setgroups", "deny")
-    write_file("self/uid_map", "%d %d 1\n" % (uid, uid))
-    write_file("self/gid_map", "%d %d 1\n" % (uid, uid))
+    map_only(uid, gid)
     write_file("sys/user/max_user_namespaces", "0")
     check(LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
 
@@ -253,7 +263,7 @@ def be_init(alive_r, cgroup, pipes, limits):
         os.close(fd)
     check(LIBC.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")
     drop_privileges()
-    no_keyrings()
+    install_filter(FILTER)
     die_with_parent()
     if select.select([alive_r], [], [], 0)[0]:  # C ended before the line above
         os._exit(125)
@@ -334,12 +344,14 @@ def serve():
 
 
 def setup():
-    global ARCH, RUNNER, PROC
-    if os.uname().machine not in ARCH:
+    global PIVOT_ROOT, RUNNER, PROC, FILTER
+    if os.uname().machine not in PIVOT_ROOT or not CONFIG["seccomp"]:
         raise OSError("no fork server on %s (x86_64 and aarch64 only)" % os.uname().machine)
-    ARCH = ARCH[os.uname().machine]
+    PIVOT_ROOT, FILTER = PIVOT_ROOT[os.uname().machine], CONFIG["seccomp"]
     RUNNER = compile(CONFIG["runner"], "runner", "exec")
     PROC = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if not ZYGOTE_ROOT:
+        own_user_namespace()
     build_root(CONFIG["binds"], CONFIG["links"], os.path.dirname(sys.executable))
     os.chdir("/tmp")
     SOCK.send(marshal.dumps({"ready": True}))

@@ -9,6 +9,7 @@ server and through bubblewrap (the `sandbox` fixture); tests/sarl/checking/test_
 server needs."""
 
 import os
+import platform
 import socket
 import subprocess
 import tempfile
@@ -28,6 +29,7 @@ from sarl.checking.code.sandbox import (
     last_code_block,
     problem_of,
 )
+from sarl.checking.code.seccomp import ARCH as SECCOMP_ARCH
 from sarl.checking.code.spawner import Zygote
 from sarl.checking.code.wire import WireError, wire_decode, wire_encode
 
@@ -45,7 +47,8 @@ def run_as_program(sandbox, program, tests=TESTS):
 
 
 def sandbox_tasks(sandbox) -> list[int]:
-    """Pids of live processes that belong to a program: its uid range (root) or the runner's limits in argv."""
+    """Pids of live processes that belong to a program of this process: its slots' uid range (root), else the
+    runner's limits in argv."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -55,8 +58,11 @@ def sandbox_tasks(sandbox) -> list[int]:
             if status["State"].split()[0] in ("Z", "X"):
                 continue
             uid = int(status["Uid"].split()[0])
-            mine = sandbox.as_root and sandbox.uid_base <= uid < sandbox.uid_base + SLOTS_PER_PROCESS
-            if mine or b"RLIMIT_NPROC" in (entry / "cmdline").read_bytes():
+            if sandbox.as_root:  # its slots' uids: another process's runners (another test run) are not its
+                mine = sandbox.uid_base <= uid < sandbox.uid_base + SLOTS_PER_PROCESS
+            else:
+                mine = b"RLIMIT_NPROC" in (entry / "cmdline").read_bytes()
+            if mine:
                 found.append(int(entry.name))
         except (OSError, KeyError, ValueError, IndexError):
             continue
@@ -393,6 +399,29 @@ def test_no_network_and_no_unix_sockets(sandbox, tmp_path):
         unix.close()
         (unix_dir / "s").unlink()
         unix_dir.rmdir()
+
+
+def test_its_pid_1_is_out_of_reach_and_its_own_processes_are_its_own(sandbox):
+    """The seccomp filter (sarl.checking.code.seccomp) denies what would reach the runner's pid 1, of the program's
+    own uid (through bubblewrap it could be traced, and made to outlive the run): ptrace, process_vm_readv and a
+    pidfd of pid 1. The program still traces and reads its own child."""
+    libc = "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    _, readv, _, pidfd_open = (nr for nr, _ in SECCOMP_ARCH[platform.machine()][2])
+    reach = {
+        "ptrace": "libc.ptrace(16, 1, 0, 0) == 0",
+        "process_vm_readv": f"libc.syscall({readv}, 1, iov, 1, iov, 1, 0) >= 0",
+        "pidfd_open": f"libc.syscall({pidfd_open}, 1, 0) >= 0",
+    }
+    iov = "buf = ctypes.create_string_buffer(8)\niov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\n"
+    for call, worked in reach.items():
+        program = f"{libc}{iov}worked = {worked}\ndef add(a, b):\n    return a + b if worked else 0\n"
+        assert run_as_program(sandbox, program).outcome == "failed", call
+    own = (
+        libc + "child = os.fork()\nif child == 0:\n    time.sleep(5)\n    os._exit(0)\n"
+        "traced = libc.ptrace(16, child, 0, 0) == 0\nos.waitpid(child, 0)\nlibc.ptrace(17, child, 0, 0)\n"
+        "os.kill(child, 9)\ndef add(a, b):\n    return a + b if traced else 0\n"
+    )
+    assert run_as_program(sandbox, own).outcome == "passed"
 
 
 # ---- touching another rollout's files ----------------------------------------------------------------------------
