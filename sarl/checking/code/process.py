@@ -9,6 +9,7 @@ root. `ProgramRun.finish()` returns how the run ended; `sarl.checking.code.sandb
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -105,7 +106,7 @@ class Judge:
     def __init__(self, box: Any) -> None:
         self.owner = os.getpid()
         self.dir = tempfile.mkdtemp(prefix="sarl-judge-")
-        self.proc: subprocess.Popen | None = None
+        self.proc: Session | None = None
         self.sock: socket.socket | None = None
         self.err = tempfile.TemporaryFile()
         try:
@@ -171,11 +172,7 @@ class Judge:
             self.sock.close()
             self.sock = None
         if self.proc is not None:
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self.proc.kill()  # its session: the judge and anything it started
             status = self.proc.wait()
             self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -215,7 +212,38 @@ def seccomp_pipe() -> int | None:
     return r
 
 
-def start_side(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> subprocess.Popen:
+class Session(subprocess.Popen):
+    """A side started in a session of its own (`start_side`), with what `Runner` needs of a runner as the fork
+    server's (`Spawned`) has it: `kill` ends the whole session (bubblewrap and the program, the judge and its
+    children), and `wait(timeout)` is woken by the kernel when the process exits (a pidfd), where Popen's polls with
+    sleeps that double from 0.5 ms: a runner that takes 1.6 ms to end would be seen at 3.5 ms."""
+
+    def kill(self) -> None:
+        if self.returncode is None:  # once reaped, its group id may be another's
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # its own session: group id = its pid
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is None or self.poll() is not None:
+            return super().wait(timeout)
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:  # before Linux 5.3, or already reaped
+            return super().wait(timeout)
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(pidfd, selectors.EVENT_READ)
+                sel.select(timeout)
+        finally:
+            os.close(pidfd)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+
+def start_side(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=subprocess.PIPE) -> Session:
     """Start one side as `uid` (None: the caller's). util-linux's `setpriv` drops the uid after the exec, so the
     parent starts it with vfork; Popen's own `user=` forks the whole parent first (15 ms in a process that holds
     torch, measured), the fallback where setpriv is missing. `join`: wraps the whole command so that it starts
@@ -226,7 +254,7 @@ def start_side(argv, limits, fds, uid, cwd, stderr, env=None, join=None, stdin=s
     elif uid is not None:
         user = {"user": uid, "group": uid, "extra_groups": []}
     argv = [*argv, limits]
-    return subprocess.Popen(
+    return Session(
         join(argv) if join else argv,
         stdin=stdin,
         stdout=subprocess.PIPE if stderr is subprocess.STDOUT else subprocess.DEVNULL,
@@ -250,7 +278,7 @@ class Runner:
         self.box, self.slots, self.owner = box, slots, os.getpid()
         self.slot: int | None = slots.take()
         self.uid = box.uid_base + self.slot if box.as_root else None
-        self.proc: subprocess.Popen | Spawned | None = None
+        self.proc: Session | Spawned | None = None
         self.cgroup = None
         self.oom_before, self.oom_killed = 0, False
         self.deferred = False  # handed to a `stop_later` after its verdict (ProgramRun.finish)
@@ -320,16 +348,11 @@ class Runner:
         proc = self.proc
         if proc is not None and proc.returncode is None:
             if finished:
-                wait_exit(proc, 0.2)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.2)
             if proc.poll() is None:
                 killed = True
-                if isinstance(proc, Spawned):
-                    proc.kill()  # through its pidfd: its pid 1, and so its namespace, die with it
-                else:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)  # its own session: group id = its pid
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                proc.kill()  # the whole runner: its pid 1, and so its namespace, die with it
             proc.wait()
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
@@ -438,33 +461,6 @@ class ProgramRun:
                         if len(verdict) > (1 << 16) + 4:  # a verdict is small: this is no judge of ours
                             return "", bytes(head), b""
         return "", bytes(head), bytes(verdict)
-
-
-def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
-    """`proc`'s exit status once it ends within `timeout_s`, else None. Woken by the kernel when it exits (a pidfd),
-    where Popen.wait(timeout) polls with sleeps that double from 0.5 ms: a runner that takes 1.6 ms to end would be
-    seen at 3.5 ms."""
-    if proc.poll() is not None:
-        return proc.returncode
-    if isinstance(proc, Spawned):
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # before Linux 5.3, or the process was already reaped
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(pidfd, selectors.EVENT_READ)
-            sel.select(timeout_s)
-    finally:
-        os.close(pidfd)
-    return proc.poll()
 
 
 def _whole_frame(data: bytearray) -> bool:
