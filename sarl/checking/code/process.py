@@ -55,19 +55,20 @@ class Finished(NamedTuple):
 
 def tasks_of(uid: int) -> int:
     """Live tasks (processes and threads, not zombies) whose real uid is `uid`. 0 without /proc."""
-    return sum(threads for _, threads in _live_of(uid))
+    return sum(threads for _, _, threads in live_processes(range(uid, uid + 1)))
 
 
-def _live_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, threads) of each live process whose real uid is `uid`."""
+def live_processes(uids: range) -> list[tuple[int, int, int]]:
+    """(pid, real uid, threads) of each live process (not a zombie) whose real uid is in `uids`."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
             continue
         try:
             fields = _status(entry.name)
-            if int(fields["Uid"].split()[0]) == uid and fields["State"].split()[0] not in ("Z", "X"):
-                found.append((int(entry.name), int(fields["Threads"])))
+            uid = int(fields["Uid"].split()[0])
+            if uid in uids and fields["State"].split()[0] not in ("Z", "X"):
+                found.append((int(entry.name), uid, int(fields["Threads"])))
         except (OSError, KeyError, ValueError, IndexError):
             continue
     return found
@@ -81,7 +82,7 @@ def kill_uid(uid: int) -> None:
     """SIGKILL every live process of `uid` (a killed runner's uid: no process of it may outlive its run, even one
     that was made to survive its namespace's teardown). Each through a pidfd opened before its uid is checked, so
     a pid that ended and was reused by another process in between is never signalled."""
-    for pid, _ in _live_of(uid):
+    for pid, _, _ in live_processes(range(uid, uid + 1)):
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:

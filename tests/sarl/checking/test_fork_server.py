@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from sarl.checking.code.process import live_processes
 from sarl.checking.code.sandbox import SLOTS_PER_PROCESS, Sandbox
 from sarl.checking.code.spawner import Zygote
 
@@ -251,7 +252,7 @@ def test_a_runner_killed_at_its_timeout_takes_its_whole_namespace_with_it(server
     result = server.run(sleeper, TESTS)
     assert result.outcome == "timeout", result
     first, last = server.uid_base, server.uid_base + SLOTS_PER_PROCESS
-    assert [pid for pid, uid in live_uids() if first <= uid < last] == []
+    assert live_processes(range(first, last)) == []
 
 
 HIJACK_PID_1 = """
@@ -297,7 +298,7 @@ def test_a_program_that_unsets_its_pid_1s_parent_death_signal_still_ends_with_it
     assert result.outcome in ("timeout", "failed") and result.score() == 0.0, result
     assert b"REFUSED" in result.output, result.output
     first, last = box.uid_base, box.uid_base + SLOTS_PER_PROCESS
-    assert [pid for pid, uid in live_uids() if first <= uid < last] == []
+    assert live_processes(range(first, last)) == []
 
 
 def test_a_device_node_the_host_shares_keeps_no_mark_of_a_program():
@@ -335,18 +336,4 @@ def alive(pid: int) -> bool:
 
 
 def uid_tasks(uid: int) -> list[int]:
-    return [pid for pid, owner in live_uids() if owner == uid]
-
-
-def live_uids() -> list[tuple[int, int]]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f.read().splitlines())
-                if fields["State"].split()[0] not in ("Z", "X"):
-                    found.append((int(name), int(fields["Uid"].split()[0])))
-            except (OSError, KeyError, ValueError):
-                continue
-    return found
+    return [pid for pid, _, _ in live_processes(range(uid, uid + 1))]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sarl.checking.code.process import ProgramRun, Runner
+from sarl.checking.code.process import ProgramRun, Runner, live_processes
 from sarl.checking.code.sandbox import (
     _SLOTS,
     SLOTS_PER_PROCESS,
@@ -47,24 +47,16 @@ def run_as_program(sandbox, program, tests=TESTS):
 
 
 def sandbox_tasks(sandbox) -> list[int]:
-    """Pids of live processes that belong to a program of this process: its slots' uid range (root), else the
-    runner's limits in argv."""
+    """Pids of live processes that belong to a program of this process: its slots' uid range (root; another
+    process's runners, of another test run, are not its), else the runner's limits in argv."""
+    if sandbox.as_root:
+        return [pid for pid, _, _ in live_processes(range(sandbox.uid_base, sandbox.uid_base + SLOTS_PER_PROCESS))]
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, _, _ in live_processes(range(os.getuid(), os.getuid() + 1)):
         try:
-            status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
-            if status["State"].split()[0] in ("Z", "X"):
-                continue
-            uid = int(status["Uid"].split()[0])
-            if sandbox.as_root:  # its slots' uids: another process's runners (another test run) are not its
-                mine = sandbox.uid_base <= uid < sandbox.uid_base + SLOTS_PER_PROCESS
-            else:
-                mine = b"RLIMIT_NPROC" in (entry / "cmdline").read_bytes()
-            if mine:
-                found.append(int(entry.name))
-        except (OSError, KeyError, ValueError, IndexError):
+            if b"RLIMIT_NPROC" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
             continue
     return found
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sarl.bench.unprivileged import AsUser, python_for_others
-from sarl.checking.code.process import _live_of
+from sarl.checking.code.process import live_processes
 from sarl.checking.code.seccomp import ARCH as SECCOMP_ARCH
 
 TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
@@ -41,9 +41,9 @@ def uid_for_test() -> int:
 
 def left_of(uid: int, grace_s: float = GRACE_S) -> list[int]:
     deadline = time.monotonic() + grace_s
-    while _live_of(uid) and time.monotonic() < deadline:
+    while live_processes(range(uid, uid + 1)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [pid for pid, _ in _live_of(uid)]
+    return [pid for pid, _, _ in live_processes(range(uid, uid + 1))]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["fork server", "bubblewrap"])
@@ -62,7 +62,7 @@ def in_other_pid_namespaces(uid: int) -> list[int]:
     """Live processes of `uid` outside this process's pid namespace: a program's (its runner's pid 1 and below)."""
     ours = os.readlink("/proc/self/ns/pid")
     found = []
-    for pid, _ in _live_of(uid):
+    for pid, _, _ in live_processes(range(uid, uid + 1)):
         try:
             if os.readlink(f"/proc/{pid}/ns/pid") != ours:
                 found.append(pid)
