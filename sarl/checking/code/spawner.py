@@ -15,6 +15,7 @@ bubblewrap).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import marshal
 import os
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 ZYGOTE_SOURCE = (_HERE / "zygote.py").read_text()
+# the server's command line: it reads its source from its socket (a short line in `ps`, not 40 KB of source)
+# and its config (both read before either runs: a server that ends leaves nothing unread, which would reset the
+# socket before its reply is read)
+BOOT = "import socket\ns = socket.socket(fileno=0)\nsource, config = s.recv(1 << 20), s.recv(1 << 20)\ns.detach()\n"
+BOOT += "exec(compile(source.decode(), 'sarl-zygote', 'exec'))\n"
 RUNNER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PWD": "/tmp"}  # as bwrap
 
 
@@ -110,7 +116,7 @@ class Zygote:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [box.python, "-I", "-S", "-c", ZYGOTE_SOURCE, marshal.dumps(config).hex()],
+                [box.python, "-I", "-S", "-c", BOOT],
                 stdin=theirs,
                 stdout=subprocess.DEVNULL,
                 stderr=self.err,
@@ -122,6 +128,9 @@ class Zygote:
             theirs.close()
         self.sock.settimeout(30.0)
         try:
+            with contextlib.suppress(OSError):  # a server that already ended has said why: its reply is read next
+                self.sock.send(ZYGOTE_SOURCE.encode())
+                self.sock.send(marshal.dumps(config))
             reply = self._receive()[0]
         except BaseException:
             self.close()

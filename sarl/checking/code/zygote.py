@@ -1,6 +1,7 @@
 """The runners' fork server (`sarl.checking.code.spawner.Zygote`): trusted, one per process that judges code.
 
-Run as `python -I -S -c <this file> <config>`; never imported by the project. Started once (as root, in the
+Run as `python -I -S -c <BOOT>` (spawner.py: it reads this source and its config from its socket, then runs this
+with the config as `config`); never imported by the project. Started once (as root, in the
 host's user namespace; as any other uid, in a user namespace of its own that maps only that uid and gid, where it
 may mount as bubblewrap does for such a caller), it makes a mount namespace whose root is a read-only tmpfs holding
 only what bubblewrap's runner had: /usr and its links read-only, the interpreter's prefix, a minimal /dev; it keeps
@@ -38,7 +39,8 @@ import socket
 import struct
 import sys
 
-CONFIG = marshal.loads(bytes.fromhex(sys.argv[1]))
+SOCK = socket.socket(fileno=0)
+CONFIG = marshal.loads(globals().pop("config"))  # read by spawner.BOOT with this source
 RUNNER = None
 FILTER = b""  # the programs' seccomp filter (sarl.checking.code.seccomp), from the config
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -56,7 +58,6 @@ PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # the system call's number per mach
 ZYGOTE = os.getpid()
 ZYGOTE_ROOT = os.geteuid() == 0  # root: each runner becomes its slot's uid; else all run as the caller's uid
 PROC = -1  # the host's /proc, for C's own maps
-SOCK = socket.socket(fileno=0)
 
 
 def check(result, what):
