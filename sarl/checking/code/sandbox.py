@@ -378,16 +378,14 @@ class Sandbox:
                 f"no cgroup ({self.cgroup_note}): memory bounded per process, {self.memory_mb} MB x "
                 f"{self.max_processes + 2} processes"
             )
-        if self.zygote() is not None:
-            start = (
-                "a fork server's fresh fork per program (user, mount, pid, net, ipc, uts and cgroup namespaces of its "
-                "own, no further user namespace; seccomp: no keyrings; / /dev /usr read-only; tmpfs "
-            )
-        else:
-            start = f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces; / /dev /usr read-only; tmpfs "
+        start = f"bubblewrap {self.bwrap} (user, pid, net, ipc, uts namespaces"
+        if self.zygote():
+            start = "a fork server's fresh fork per program (user, mount, pid, net, ipc, uts and cgroup namespaces of "
+            start += "its own, no further user namespace"
         return (
-            f"{start}{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a "
-            "separate judge process"
+            f"{start}; seccomp: no keyrings, nothing that reaches pid 1; / /dev /usr read-only; tmpfs "
+            f"{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a separate "
+            "judge process"
         )
 
     def check_ready(self) -> str | None:
