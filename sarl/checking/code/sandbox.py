@@ -12,7 +12,7 @@ One program -> two processes, joined by two pipes that carry framed plain data (
   together; no /proc, no /etc, no view of the project, the home directory or the host's /tmp. RLIMIT_CPU,
   RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and, where this process can make one, a
   cgroup of its own bounding the memory and tasks of all its processes together (`sarl.checking.code.cgroup`); a
-  seccomp filter (`sarl.checking.code.seccomp`: no keyrings, nothing that reaches its pid 1). It gets
+  seccomp filter (`sarl.checking.code.seccomp`: no keyrings, memfd or lease, nothing that reaches its pid 1). It gets
   the program (and the problem's prelude) and never the tests.
 - **The judge** (`judge.py`, trusted): `python -I -S` as an unprivileged uid (65534 for a root caller),
   in a private directory, with memory and CPU limits. It runs the tests; every value they compare comes from the
@@ -314,8 +314,10 @@ class Sandbox:
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
         prefix = os.path.dirname(os.path.dirname(self.python))
-        if prefix not in ("/", "/usr") and not prefix.startswith("/usr/"):
-            args += ["--ro-bind", prefix, prefix]
+        if prefix not in ("/", "/usr") and not prefix.startswith("/usr/"):  # the interpreter and its lib, never its
+            # whole prefix (a Python installed with --prefix=$HOME would show the home directory)
+            found = [self.python] + [f"{prefix}/{lib}" for lib in ("lib", "lib64") if os.path.isdir(f"{prefix}/{lib}")]
+            args += [x for path in found for x in ("--ro-bind", path, path)]
         return args
 
     def _bwrap_argv(self) -> list[str]:
@@ -383,7 +385,7 @@ class Sandbox:
             start = "a fork server's fresh fork per program (user, mount, pid, net, ipc, uts and cgroup namespaces of "
             start += "its own, no further user namespace"
         return (
-            f"{start}; seccomp: no keyrings, nothing that reaches pid 1; / /dev /usr read-only; tmpfs "
+            f"{start}; seccomp: no keyrings, memfd or lease, nothing that reaches pid 1; / /dev /usr read-only; tmpfs "
             f"{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a separate "
             "judge process"
         )

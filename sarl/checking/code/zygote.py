@@ -10,9 +10,9 @@ each program, on request over its socket (descriptor 0: the request and the runn
 
 - C (a fork of this process) leads a session of its own, becomes the slot's uid (as root; else it is the caller's)
   and, as bubblewrap's runner does, makes a user namespace owned by that uid and mapping only it (no process in it
-  can make another), with fresh mount, pid, network, IPC and UTS namespaces; it mounts a sized tmpfs on /tmp and
-  /dev/shm owned by that uid and a devpts of its own, brings up its loopback, starts R, drops every capability and
-  waits for R; it exits as R did (and says so on its status pipe);
+  can make another), with fresh mount, pid, network, IPC and UTS namespaces; it mounts a tmpfs sized in bytes and
+  inodes on /tmp and /dev/shm owned by that uid and a devpts of its own, brings up its loopback, starts R, drops
+  every capability and waits for R; it exits as R did (and says so on its status pipe);
 - R, pid 1 of the new pid namespace, leads a session of its own, joins the program's cgroup and a cgroup namespace,
   sets no_new_privs, drops every capability (the bounding set too), installs the programs' seccomp filter (no
   keyrings, nothing that reaches pid 1: sarl.checking.code.seccomp), starts P, reaps orphans and exits as P did
@@ -214,7 +214,9 @@ def start(request, fds):
     enter_namespaces(uid, gid)
     check(LIBC.sethostname(b"sandbox", 7), "sethostname")
     for path, size in (("/tmp", request["tmp_bytes"]), ("/dev/shm", request["shm_bytes"])):
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0755,uid=%d,gid=%d" % (size, uid, gid))
+        # an inode per 16 KB of its size: files and directories cost kernel memory that no block count holds
+        options = "size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d" % (size, max(64, size >> 14), uid, gid)
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, options)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620,max=64")
     loopback_up()
     os.chdir("/tmp")

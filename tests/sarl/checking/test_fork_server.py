@@ -301,6 +301,20 @@ def test_a_program_that_unsets_its_pid_1s_parent_death_signal_still_ends_with_it
     assert live_processes(range(first, last)) == []
 
 
+def test_files_and_directories_are_bounded_in_number_not_only_in_bytes():
+    """An empty file or directory costs no block of a tmpfs but an inode and a dentry of kernel memory (about 1 KB):
+    sized by bytes alone, /tmp would hold millions (half the machine's pages). The fork server's tmpfs have an inode
+    per 16 KB of their size: 12 MB of /tmp, 768."""
+    many = (
+        "import os\nmade = 0\ntry:\n    while made < 100000:\n        os.mkdir('/tmp/d%d' % made)\n"
+        "        made += 1\nexcept OSError:\n    pass\nprint('MADE', made)\n"
+        "def add(a, b):\n    return a + b if made > 1000 else 0\n"
+    )
+    box = Sandbox(timeout_s=5.0, memory_mb=512, disk_mb=16)
+    result = box.run(many, TESTS)
+    assert result.outcome == "failed", result
+
+
 def test_a_device_node_the_host_shares_keeps_no_mark_of_a_program():
     """/dev's nodes are the host's inodes, shared by every program: in the fork server's runner they are read-only
     binds (the device itself still reads and writes), so no program can set their times for the next one to read."""

@@ -29,7 +29,7 @@ from sarl.checking.code.sandbox import (
     last_code_block,
     problem_of,
 )
-from sarl.checking.code.seccomp import ARCH as SECCOMP_ARCH
+from sarl.checking.code.seccomp import NUMBERS as SECCOMP_NUMBERS
 from sarl.checking.code.spawner import Zygote
 from sarl.checking.code.wire import WireError, wire_decode, wire_encode
 
@@ -393,18 +393,22 @@ def test_no_network_and_no_unix_sockets(sandbox, tmp_path):
         unix_dir.rmdir()
 
 
-def test_its_pid_1_is_out_of_reach_and_its_own_processes_are_its_own(sandbox):
+def test_what_the_seccomp_filter_denies_fails_and_its_own_processes_stay_its_own(sandbox):
     """The seccomp filter (sarl.checking.code.seccomp) denies what would reach the runner's pid 1, of the program's
-    own uid (through bubblewrap it could be traced, and made to outlive the run): ptrace, process_vm_readv and a
-    pidfd of pid 1. The program still traces and reads its own child."""
-    libc = "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-    _, readv, _, pidfd_open = (nr for nr, _ in SECCOMP_ARCH[platform.machine()][2])
+    own uid (through bubblewrap it could be traced, and made to outlive the run): ptrace, process_vm_readv, a pidfd,
+    prlimit of pid 1; memory no RLIMIT_AS holds (memfd_create); a lease on a file it owns (for a caller that is not
+    root, the interpreter's files may be; other openers would wait). The program still traces its own child."""
+    libc = "import ctypes, fcntl, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    nr = SECCOMP_NUMBERS[platform.machine()]
+    iov = "buf = ctypes.create_string_buffer(8)\niov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\n"
     reach = {
         "ptrace": "libc.ptrace(16, 1, 0, 0) == 0",
-        "process_vm_readv": f"libc.syscall({readv}, 1, iov, 1, iov, 1, 0) >= 0",
-        "pidfd_open": f"libc.syscall({pidfd_open}, 1, 0) >= 0",
+        "process_vm_readv": f"libc.syscall({nr['process_vm_readv']}, 1, iov, 1, iov, 1, 0) >= 0",
+        "pidfd_open": f"libc.syscall({nr['pidfd_open']}, 1, 0) >= 0",
+        "prlimit64": f"libc.syscall({nr['prlimit64']}, 1, 7, None, buf) == 0",  # only reads RLIMIT_NOFILE
+        "memfd_create": "libc.memfd_create(b'm', 0) >= 0",
+        "a lease": "libc.fcntl(os.open('/tmp/f', os.O_RDONLY | os.O_CREAT, 0o600), 1024, fcntl.F_RDLCK) == 0",
     }
-    iov = "buf = ctypes.create_string_buffer(8)\niov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\n"
     for call, worked in reach.items():
         program = f"{libc}{iov}worked = {worked}\ndef add(a, b):\n    return a + b if worked else 0\n"
         assert run_as_program(sandbox, program).outcome == "failed", call
@@ -414,6 +418,20 @@ def test_its_pid_1_is_out_of_reach_and_its_own_processes_are_its_own(sandbox):
         "os.kill(child, 9)\ndef add(a, b):\n    return a + b if traced else 0\n"
     )
     assert run_as_program(sandbox, own).outcome == "passed"
+
+
+def test_an_interpreter_outside_usr_shows_only_its_binary_and_lib(tmp_path):
+    """A Python installed with --prefix=$HOME has the home directory as its prefix: the runner sees the interpreter
+    and the prefix's lib (the standard library, its shared libraries), never the prefix itself."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib" / "python3.11").mkdir(parents=True)
+    (tmp_path / ".ssh").mkdir()
+    python = tmp_path / "bin" / "python3.11"
+    python.write_text("")
+    mounts = Sandbox(python=str(python))._mounts
+    binds = {mounts[i + 1] for i, arg in enumerate(mounts) if arg == "--ro-bind"}
+    assert {str(python), str(tmp_path / "lib")} <= binds and str(tmp_path) not in binds, mounts
+    assert not any(b.startswith(str(tmp_path / ".ssh")) or b == str(tmp_path / "bin") for b in binds)
 
 
 # ---- touching another rollout's files ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from sarl.bench.unprivileged import AsUser, python_for_others
 from sarl.checking.code.process import live_processes
-from sarl.checking.code.seccomp import ARCH as SECCOMP_ARCH
+from sarl.checking.code.seccomp import NUMBERS as SECCOMP_NUMBERS
 
 TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
 RIGHT = "def add(a, b):\n    return a + b\n"
@@ -87,7 +87,7 @@ def test_attacks_with_the_callers_uid_fail(as_user):
         abstract.listen(8)
         port = server.getsockname()[1]
         helper_pid = as_user.proc.pid
-        add_key, _, keyctl = SECCOMP_ARCH[platform.machine()][1]
+        add_key, keyctl = (SECCOMP_NUMBERS[platform.machine()][call] for call in ("add_key", "keyctl"))
         libc = "import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         attacks = {
             "a user namespace": scores_if("libc.unshare(0x10000000) == 0", libc),
