@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sarl.checking.code.cgroup import Cgroups
 from sarl.checking.code.process import RUNNER_CODE, RUNNER_SOURCE, Finished, Judge, ProgramRun, Runner, runner_code
+from sarl.checking.code.seccomp import seccomp_filter
 from sarl.checking.code.spawner import Zygote
 
 JUDGE_VERSION = "bwrap-judge-2"  # in the eval cache's key: verdicts of another judge are never reused
@@ -384,10 +385,10 @@ class Sandbox:
         if self.zygote():
             start = "a fork server's fresh fork per program (user, mount, pid, net, ipc, uts and cgroup namespaces of "
             start += "its own, no further user namespace"
+        seccomp = "no keyrings, memfd or lease, nothing that reaches pid 1" if seccomp_filter() else "none installed"
         return (
-            f"{start}; seccomp: no keyrings, memfd or lease, nothing that reaches pid 1; / /dev /usr read-only; tmpfs "
-            f"{self.disk_mb} MB in all); {who}; {bound}; rlimits, wall timeout, output cap; verdict in a separate "
-            "judge process"
+            f"{start}; seccomp: {seccomp}; / /dev /usr read-only; tmpfs {self.disk_mb} MB in all); {who}; {bound}; "
+            "rlimits, wall timeout, output cap; verdict in a separate judge process"
         )
 
     def check_ready(self) -> str | None:
