@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sarl.bench.common import median
-from sarl.bench.unprivileged import UNPRIVILEGED_UID, AsUser
+from sarl.bench.unprivileged import AsUser, unprivileged_uid
 from sarl.checking.code.sandbox import Sandbox
 
 # (solution, MBPP-style tests): ordinary programs of the size MBPP's solutions have.
@@ -136,7 +136,7 @@ def run_code_exec(cfg: DictConfig, console: Console) -> dict:
     # the sandbox of a caller that is not root (most cluster users: no slot uids, no cgroup), in a helper process
     wrapped = Sandbox(**{**settings, "fork_server": False}) if sandbox.zygote() is not None else None
     ok_wrapped = [r.outcome for r in wrapped.run_many(jobs, workers)] if wrapped else []
-    user = AsUser(UNPRIVILEGED_UID + os.getpid() % 1_000_000, settings) if os.geteuid() == 0 else None
+    user = AsUser(unprivileged_uid(), settings) if os.geteuid() == 0 else None
     ok_user = [r.outcome for r in user.run_many(jobs, workers)] if user else []
     if user is not None:
         console.print(f"not root: {user.info['isolation']}")

@@ -21,7 +21,16 @@ from typing import Any, Sequence
 
 from sarl.checking.code.sandbox import RunResult, Sandbox, _runnable_by_others
 
-UNPRIVILEGED_UID = 1_400_000_000  # + a number per process: uids no account and no root sandbox slot uses
+UNPRIVILEGED_UID = 1_400_000_000  # below the root sandbox's slots (uid_base 1.5e9) and above any account's
+
+
+def unprivileged_uid(k: int = 0) -> int:
+    """This process's k-th (0-3) uid for `AsUser`: no other process's, no account's, no root sandbox slot's."""
+    if not 0 <= k < 4:
+        raise ValueError(f"unprivileged_uid k={k} must be 0-3")
+    return UNPRIVILEGED_UID + (os.getpid() % 1_000_000) * 4 + k
+
+
 CODE = Path(__file__).resolve().parents[1] / "checking" / "code"
 HELPER = """import json, sys
 sys.path.insert(0, sys.argv[1])

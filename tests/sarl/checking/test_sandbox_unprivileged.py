@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sarl.bench.unprivileged import AsUser, python_for_others
+from sarl.bench.unprivileged import AsUser, python_for_others, unprivileged_uid
 from sarl.checking.code.process import live_processes
 from sarl.checking.code.seccomp import NUMBERS as SECCOMP_NUMBERS
 
@@ -35,10 +35,6 @@ def scores_if(condition: str, setup: str = "") -> str:
     return f"{setup}\nworked = bool({condition})\ndef add(a, b):\n    return a + b if worked else a - b\n"
 
 
-def uid_for_test() -> int:
-    return 1_400_000_000 + os.getpid() % 1_000_000  # one per test process, outside the root sandbox's slots
-
-
 def left_of(uid: int, grace_s: float = GRACE_S) -> list[int]:
     deadline = time.monotonic() + grace_s
     while live_processes(range(uid, uid + 1)) and time.monotonic() < deadline:
@@ -48,7 +44,7 @@ def left_of(uid: int, grace_s: float = GRACE_S) -> list[int]:
 
 @pytest.fixture(scope="module", params=[True, False], ids=["fork server", "bubblewrap"])
 def as_user(request):
-    uid = uid_for_test()
+    uid = unprivileged_uid(1)  # this test process's own
     helper = AsUser(uid, {"timeout_s": 3.0, "memory_mb": 512, "disk_mb": 16, "fork_server": request.param})
     assert helper.info["ready"] is None, helper.info
     assert helper.info["fork_server"] == request.param, helper.info  # the fork server starts for a non-root caller
@@ -183,7 +179,7 @@ def test_limits_hold_without_a_cgroup(as_user):
 def test_nothing_is_left_when_the_helper_is_killed_mid_run(tmp_path):
     """The caller killed while its program runs: the fork server's socket closes, it ends, and its runners die with
     their parents (and each pid namespace with its pid 1)."""
-    uid = uid_for_test() + 1
+    uid = unprivileged_uid(2)
     helper = AsUser(uid, {"timeout_s": 20.0, "fork_server": True})
     try:
         assert helper.info["fork_server"], helper.info
