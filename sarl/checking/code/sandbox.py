@@ -7,7 +7,7 @@ One program -> two processes, joined by two pipes that carry framed plain data (
   `sarl.checking.code.spawner`), or `bwrap ... python -I -S`; in fresh pid, network, ipc, uts, mount and cgroup
   namespaces, no user namespace of its own making, all capabilities dropped, as an unprivileged uid of its
   own (`uid_base` + a slot per concurrent program when the caller is root; the caller's uid otherwise, since
-  RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter's prefix)
+  RLIMIT_NPROC counts per user namespace). Its file system: /, /dev and /usr (and the interpreter and its prefix's lib)
   read-only; its only writable mounts are /dev/shm and /tmp (its cwd and HOME), private tmpfs that hold `disk_mb`
   together; no /proc, no /etc, no view of the project, the home directory or the host's /tmp. RLIMIT_CPU,
   RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and, where this process can make one, a
@@ -307,7 +307,7 @@ class Sandbox:
         return os.path.realpath(found[0]) if found else os.path.realpath(sys.executable)  # check_ready says so
 
     def _filesystem(self) -> list[str]:
-        """bwrap's file-system arguments: /usr read-only, the merged-/usr links, the interpreter's prefix."""
+        """bwrap's file-system arguments: /usr read-only, the merged-/usr links, the interpreter, its prefix's lib."""
         args = ["--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
             if os.path.islink(top):

@@ -4,9 +4,9 @@ Run as `python -I -S -c <BOOT>` (spawner.py: it reads this source and its config
 with the config as `config`); never imported by the project. Started once (as root, in the
 host's user namespace; as any other uid, in a user namespace of its own that maps only that uid and gid, where it
 may mount as bubblewrap does for such a caller), it makes a mount namespace whose root is a read-only tmpfs holding
-only what bubblewrap's runner had: /usr and its links read-only, the interpreter's prefix, a minimal /dev; it keeps
-the host's /proc open for its children, imports what the runner imports and compiles the runner once. Then, for
-each program, on request over its socket (descriptor 0: the request and the runner's pipes):
+only what bubblewrap's runner had: /usr and its links read-only, the interpreter and its prefix's lib, a minimal
+/dev; it keeps the host's /proc open for its children, imports what the runner imports and compiles the runner
+once. Then, for each program, on request over its socket (descriptor 0: the request and the runner's pipes):
 
 - C (a fork of this process) leads a session of its own, becomes the slot's uid (as root; else it is the caller's)
   and, as bubblewrap's runner does, makes a user namespace owned by that uid and mapping only it (no process in it
