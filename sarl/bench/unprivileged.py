@@ -100,11 +100,15 @@ class AsUser:
             raise RuntimeError(f"the sandbox helper running as uid {self.uid} ended (exit {self.proc.poll()})")
         return json.loads(line)
 
-    def run_many(self, jobs: Sequence[tuple[str, str]], max_workers: int = 1) -> list[RunResult]:
-        """`Sandbox.run_many` of the jobs (program, tests source) in the helper."""
+    def send(self, jobs: Sequence[tuple[str, str]], max_workers: int = 1) -> None:
+        """Hand the helper the jobs (program, tests source) for `Sandbox.run_many`; `run_many` reads the results."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"jobs": [list(job) for job in jobs], "workers": max_workers}) + "\n")
         self.proc.stdin.flush()
+
+    def run_many(self, jobs: Sequence[tuple[str, str]], max_workers: int = 1) -> list[RunResult]:
+        """`Sandbox.run_many` of the jobs (program, tests source) in the helper."""
+        self.send(jobs, max_workers)
         return [RunResult(**dict(row, output=row["output"].encode())) for row in self._reply()]
 
     def run(self, program: str, tests: str) -> RunResult:

@@ -184,8 +184,7 @@ def test_nothing_is_left_when_the_helper_is_killed_mid_run(tmp_path):
     try:
         assert helper.info["fork_server"], helper.info
         sleeper = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)\n" + RIGHT
-        helper.proc.stdin.write('{"jobs": [[%s, %s]], "workers": 1}\n' % tuple(map(repr_json, (sleeper, TESTS))))
-        helper.proc.stdin.flush()
+        helper.send([(sleeper, TESTS)])  # its results are never read: the helper is killed first
         deadline = time.monotonic() + 10
         while len(in_other_pid_namespaces(uid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -197,9 +196,3 @@ def test_nothing_is_left_when_the_helper_is_killed_mid_run(tmp_path):
         ).stdout
     finally:
         helper.close()
-
-
-def repr_json(text: str) -> str:
-    import json
-
-    return json.dumps(text)
