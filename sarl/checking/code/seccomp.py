@@ -22,6 +22,7 @@ this module has no numbers for (then none is installed, and the start-up line sa
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 
@@ -51,8 +52,13 @@ LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|
 
 
 def seccomp_filter(machine: str | None = None) -> bytes | None:
-    """The filter for `machine` (default: this one) as the kernel takes it, or None where there are no numbers."""
-    machine = machine or os.uname().machine
+    """The filter for `machine` (default: this one) as the kernel takes it, or None where there are no numbers.
+    Built once per machine (every bubblewrap runner passes it)."""
+    return _compiled(machine or os.uname().machine)
+
+
+@functools.cache
+def _compiled(machine: str) -> bytes | None:
     if machine not in NUMBERS:
         return None
     nr = NUMBERS[machine]
