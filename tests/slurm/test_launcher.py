@@ -222,14 +222,14 @@ def test_the_head_publishes_its_address_once_per_start_of_the_job(tmp_path):
 
 
 # Stands in for the job's python: records its arguments (and RAY_ADDRESS, RAY_AUTH_MODE); as `-m
-# ray.scripts.scripts start --head` it records its pid, starts a grandchild in its process group and waits,
+# ray.scripts.scripts start --head` it records its pid (whole: written aside, then renamed), starts a grandchild in its process group and waits,
 # like `ray start --block`; any other command (a worker's `ray start`, the driver) ends at once.
 FAKE_PYTHON = r"""#!/bin/sh
 echo "$* RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE" >> "$FAKE_DIR/calls"
 case "$*" in
   *ray.scripts.scripts\ start\ --head*)
     sleep 600 &
-    echo $$ > "$FAKE_DIR/head.pid"
+    echo $$ > "$FAKE_DIR/head.pid.part" && mv "$FAKE_DIR/head.pid.part" "$FAKE_DIR/head.pid"
     wait ;;
 esac
 """
