@@ -222,8 +222,9 @@ def test_the_head_publishes_its_address_once_per_start_of_the_job(tmp_path):
 
 
 # Stands in for the job's python: records its arguments (and RAY_ADDRESS, RAY_AUTH_MODE); as `-m
-# ray.scripts.scripts start --head` it records its pid (whole: written aside, then renamed), starts a grandchild in its process group and waits,
-# like `ray start --block`; any other command (a worker's `ray start`, the driver) ends at once.
+# ray.scripts.scripts start --head` it records its pid (whole: written aside, then renamed), starts a grandchild in
+# its process group and waits, like `ray start --block`; any other command (a worker's `ray start`, the driver)
+# ends at once.
 FAKE_PYTHON = r"""#!/bin/sh
 echo "$* RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE" >> "$FAKE_DIR/calls"
 case "$*" in
