@@ -278,22 +278,6 @@ def answer_reader(answer: str) -> Callable[..., str | None]:
     return {"boxed": extract_answer, "answer_line": extract_answer_line}[answer]
 
 
-def protocol_papers() -> dict[str, list[str]]:
-    """paper -> the protocols (conf/eval/protocol/*.yaml `paper`) that evaluate its tables."""
-    out: dict[str, list[str]] = {}
-    for path in sorted((CONF_DIR / "eval" / "protocol").glob("*.yaml")):
-        out.setdefault(str(OmegaConf.load(path).paper), []).append(path.stem)
-    return out
-
-
-def protocols_of_table(text: str) -> list[str]:
-    """The protocols that evaluate a paper table ("EVOL-RL Table 1"), or a row described by its note: those of the
-    paper the text names first (of the protocols' papers; the longer name where two start at one place)."""
-    papers = protocol_papers()
-    found = [(m.start(), -len(p), p) for p in papers for m in [re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text)] if m]
-    return papers[min(found)[2]] if found else []
-
-
 def format_prompts(entries: Sequence[Any]) -> list[str]:
     """The dry run's prompt lines: each distinct prompt once, with the benchmarks it asks."""
     groups: dict[str, tuple[BenchmarkPrompt, list[str], str]] = {}

@@ -4,8 +4,9 @@
 # runs/gpu_session/<date>_<time>/NUMBER_NAME.log, its time on the console:
 #   1. install: the stack of $LOCK (requirements/gpu.lock: the versions CI tests) and this package in $VENV, with a
 #      Python 3.11 (the lock is resolved for it);
-#   2. inputs: exactly the models and data sets the row composes (`python -m sarl.launch.inputs --download`), into the
-#      Hugging Face cache (HF_HOME: one the GPU nodes share) and paths.data_dir;
+#   2. inputs: exactly the models and data sets the row trains with (`python -m sarl.launch.inputs --download
+#      --no-eval`), into the Hugging Face cache (HF_HOME: one the GPU nodes share) and paths.data_dir (the held-out
+#      sets eval.run reads later: the same command without --no-eval);
 #   3. preflight: `sarl.preflight` of the row on a GPU node (srun): stack, driver, GPUs, memory plan, inputs;
 #   4. row: the row itself, two steps, submitted through `launcher=slurm_h100` as any run is, then its final
 #      checkpoint's weights checked;
@@ -95,7 +96,7 @@ problem = weights_problem(Path(sys.argv[1])); print(problem or f"{sys.argv[1]}: 
 }
 
 step 1 install install
-step 2 inputs "$PY" -m sarl.launch.inputs --download "${row[@]}"
+step 2 inputs "$PY" -m sarl.launch.inputs --download --no-eval "${row[@]}"
 step 3 preflight on_node "$GPUS" 30 "$PY" -m sarl.preflight "${row[@]}"
 step 4 row train_row
 step 5 one_gpu on_node 1 90 "$PY" -m pytest -m gpu -rA -k "not several_gpus" --basetemp="$OUT/one_gpu"

@@ -3,6 +3,7 @@ where it may not be (a compute node):
 
     python -m sarl.launch.inputs +exp=ROW [OVERRIDES ...]              # each model and data set: here or missing
     python -m sarl.launch.inputs --download +exp=ROW [OVERRIDES ...]   # fetch what is missing, then list again
+    python -m sarl.launch.inputs --no-eval +exp=ROW [OVERRIDES ...]    # only what training reads
 
 Models are the exact ids the row composes: the policy (`model.path`, `model.tokenizer_path`) and the embedding model
 of a reward that embeds (`embedding.model`, served by `embedding_server` when its url is `auto`), every weight file
@@ -14,6 +15,10 @@ dataset=NAME` (NAME: its folder, a file of conf/data/); a package sample set tha
 the command that writes the paper's set (a teacher run: listed, not run); a file elsewhere is the user's and is only
 checked. A pipeline row's stages are each composed as the pipeline composes them (`STAGE:key=value` applies to that
 stage); a stage that starts from an earlier one loads that stage's model.
+Held-out sets are the benchmarks `python -m eval.run` reads to evaluate the row by its paper's protocol (each
+protocol of the paper of its tables, or of its note: `sarl.runtime.rows.row_protocols`), each prepared like a data
+set into the same `paths.data_dir`; a protocol's own file (the smoke run's, in the package) is only checked.
+`--no-eval` leaves them out. Not listed: the WildBench judge, an endpoint (`judge.url`, docs/evaluation.md).
 
 The exit status is 0 when everything is here (after the download), 1 when something is still missing.
 """
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sarl.data.build import DataValidationError
 from sarl.data.prepare import compose_prepare_config, prepare
@@ -35,7 +40,9 @@ from sarl.data.sources import DataSourceError
 from sarl.launch.compose import compose_user_config
 from sarl.launch.pipeline import split_stage_overrides, stage_configs
 from sarl.runtime.errors import UserError, report_user_errors
+from sarl.runtime.files import CONF_DIR, resolve_path
 from sarl.runtime.hub import hub_url, looks_like_local_path, offline_if_unreachable
+from sarl.runtime.rows import row_protocols
 from sarl.runtime.usage import Usage, asks_for_help, usage
 from sarl.runtime.weights import is_hf_model, weights_cached
 
@@ -54,6 +61,7 @@ class Need:
     path: str  # where it must be: the id again for a model, the prepared file for data
     fetch: str | None  # the command that fetches it; None: the user's own, nothing to fetch
     data_dir: str | None = None  # data: the paths.data_dir sarl.data.prepare writes it into
+    use: str = ""  # what reads it, where not the row's training: "eval.run protocol=NAME"
 
     def here(self) -> bool:
         if self.kind == "data":
@@ -136,6 +144,39 @@ def row_data(cfg: DictConfig, choices: dict[str, Any] | None = None, stage: str 
     return out
 
 
+def protocol_benchmarks(protocol: str) -> list[tuple[str, str | None]]:
+    """(benchmark, the protocol's own file or None) of every benchmark of an evaluation protocol, as conf/eval.yaml
+    composes it (`benchmarks.math` and the like resolved), in order, without repeats."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_inputs"):
+        cfg = compose(config_name="eval", overrides=[f"eval/protocol@protocol={protocol}"])
+    files = OmegaConf.to_container(cfg.protocol.files, resolve=True) if cfg.protocol.get("files") else {}
+    names = [str(name) for group in cfg.protocol.benchmarks for name in group.names or []]
+    return [(name, files.get(name)) for name in dict.fromkeys(names)]
+
+
+def row_heldout(cfg: DictConfig) -> list[Need]:
+    """The held-out sets `eval.run` reads to evaluate the row by each protocol of its paper: a benchmark is read from
+    `<paths.data_dir>/<name>/test.parquet` (eval.data.benchmark_path), which `sarl.data.prepare dataset=NAME` writes;
+    a protocol's own file is only checked."""
+    data_dir = Path(str(cfg.paths.data_dir)).expanduser().resolve()
+    out: list[Need] = []
+    for protocol in row_protocols(OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None):
+        use = f"eval.run protocol={protocol}"
+        for name, file in protocol_benchmarks(protocol):
+            if file is not None:
+                out.append(Need("data", name, str(resolve_path(file)), None, use=use))
+                continue
+            fetch = f"python -m sarl.data.prepare dataset={name} paths.data_dir={shlex.quote(str(data_dir))}"
+            path = str(data_dir / name / "test.parquet")
+            if (CONF_DATA / f"{name}.yaml").is_file():
+                out.append(Need("data", name, path, fetch, str(data_dir), use))
+            else:  # a set no data config builds yet: nothing --download can run until one is written
+                out.append(Need("data", name, path, f"write conf/data/{name}.yaml, then {fetch}", None, use))
+    return out
+
+
 def row_inputs(
     cfg: DictConfig, choices: dict[str, Any] | None = None, stage: str = "", models: bool = True
 ) -> list[Need]:
@@ -147,15 +188,17 @@ def row_inputs(
     return needs + row_data(cfg, choices, stage)
 
 
-def inputs_of(cfg: DictConfig, choices: dict[str, Any], overrides: list[str]) -> list[Need]:
+def inputs_of(cfg: DictConfig, choices: dict[str, Any], overrides: list[str], heldout: bool = True) -> list[Need]:
     """The inputs of a row, or of each stage of a pipeline row (composed as sarl.launch.pipeline composes them; a
-    stage that starts from an earlier one loads that stage's model, not one of the Hub's), each once."""
+    stage that starts from an earlier one loads that stage's model, not one of the Hub's), then, with `heldout`, the
+    held-out sets its evaluation reads (`row_heldout`); each once, the first use named."""
     if cfg.get("pipeline"):
         needs = []
         for stage, stage_cfg in stage_configs(cfg, overrides):
             needs += row_inputs(stage_cfg, choices, stage["name"], models=not stage["init_from"])
     else:
         needs = row_inputs(cfg, choices)
+    needs += row_heldout(cfg) if heldout else []
     out: list[Need] = []
     for need in needs:
         if all((n.kind, n.path, n.fetch) != (need.kind, need.path, need.fetch) for n in out):
@@ -194,6 +237,7 @@ def inputs_table(needs: list[Need]) -> tuple[str, bool]:
         here = need.here()
         ok &= here
         where = need.name if need.kind == "model" else f"{need.name} ({need.path})"
+        where += f", held out: {need.use}" if need.use else ""
         fix = "" if here else f"  -> {need.fetch or 'yours: put it there'}"
         lines.append(f"{'✓' if here else '✗'} {need.kind:<5} {where}{fix}")
     return "\n".join(lines) + "\n", ok
@@ -203,11 +247,13 @@ USAGE = Usage(
     synopsis=(
         "python -m sarl.launch.inputs +exp=ROW [OVERRIDES ...]             # what the row reads: here or missing",
         "python -m sarl.launch.inputs --download +exp=ROW [OVERRIDES ...]  # fetch what is missing (needs the Hub)",
+        "python -m sarl.launch.inputs --no-eval +exp=ROW [OVERRIDES ...]   # without the held-out sets of eval.run",
     ),
     about=(
         "List, and with --download fetch, exactly the models (every weight file, into the Hugging Face cache) and "
-        "prepared data sets (sarl.data.prepare into paths.data_dir) that a row composes. Run it where the network "
-        "is (a login node) before the row runs where it may not be."
+        "prepared data sets (sarl.data.prepare into paths.data_dir) that a row composes, and the held-out sets that "
+        "eval.run reads to evaluate it by its paper's protocol. Run it where the network is (a login node) before "
+        "the row runs where it may not be."
     ),
     keys=(("paths.data_dir", "where the prepared sets are (default data/)"),),
     groups=(("+exp", "exp", "the paper row"),),
@@ -223,11 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the downloads
-    fetch = "--download" in argv
-    overrides = [a for a in argv if a != "--download"]
+    fetch, heldout = "--download" in argv, "--no-eval" not in argv
+    overrides = [a for a in argv if a not in ("--download", "--no-eval")]
     offline_if_unreachable()
     cfg, choices = compose_user_config(split_stage_overrides(overrides)[0])  # `STAGE:key=value`: that stage's only
-    needs = inputs_of(cfg, choices, overrides)
+    needs = inputs_of(cfg, choices, overrides, heldout)
     if fetch:
         for need in needs:
             if not need.here():

@@ -31,12 +31,14 @@ import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from sarl.runtime.files import CONF_DIR
 
 EXP_DIR = CONF_DIR / "exp"
+PROTOCOL_DIR = CONF_DIR / "eval" / "protocol"  # the papers' evaluation protocols (eval.run protocol=NAME)
 ENTRY_KEYS = ("table", "position", "group", "label")
 CELL_KEYS = ("data", "reward", "algorithm")  # the README cells every line gives; `source` and `line` are optional
 README_KEYS = ("line", "source", *CELL_KEYS)
@@ -177,3 +179,29 @@ def metadata_problems(exp_dir: str | Path = EXP_DIR) -> list[str]:
     """One line per conf/exp/ file whose `paper:` block is missing or malformed (its tables or its README line),
     and per table position claimed twice; empty when all is well."""
     return _scan(exp_dir)[1] + readme_lines(exp_dir)[1]
+
+
+def protocol_papers(protocol_dir: str | Path = PROTOCOL_DIR) -> dict[str, list[str]]:
+    """paper -> the protocols (conf/eval/protocol/*.yaml `paper`) that evaluate its tables."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(Path(protocol_dir).glob("*.yaml")):
+        paper = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("paper")
+        out.setdefault(str(paper), []).append(path.stem)
+    return out
+
+
+def protocols_of_table(text: str) -> list[str]:
+    """The protocols that evaluate a paper table ("EVOL-RL Table 1"), or a row described by its note: those of the
+    paper the text names first (of the protocols' papers; the longer name where two start at one place)."""
+    papers = protocol_papers()
+    found = [(m.start(), -len(p), p) for p in papers for m in [re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text)] if m]
+    return papers[min(found)[2]] if found else []
+
+
+def row_protocols(paper: Any) -> list[str]:
+    """The protocols that evaluate a run from its `paper:` block (a mapping, as composed or as read): those of its
+    tables' papers, or, a run of no table, of the paper its note names first; [] for a run of no paper's (the
+    smoke run's note names none)."""
+    paper = paper or {}
+    texts = [str(t["table"]) for t in paper.get("tables") or []] or [str(paper.get("note") or "")]
+    return list(dict.fromkeys(p for text in texts for p in protocols_of_table(text)))

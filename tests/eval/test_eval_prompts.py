@@ -21,13 +21,13 @@ from eval.prompts import (
     data_config,
     data_template,
     load_templates,
-    protocols_of_table,
     template_names,
 )
 from eval.protocol import format_plan, load_benchmarks, resolve_plan
 from sarl.checking.grading.extract import extract_answer_line
 from sarl.runtime.errors import UserError
 from sarl.runtime.files import read_jsonl, resolve_path
+from sarl.runtime.rows import protocols_of_table, row_protocols
 
 ROOT = Path(__file__).resolve().parents[2]
 DECISIONS = ROOT / "docs" / "decisions.md"
@@ -362,19 +362,15 @@ def test_every_paper_row_is_evaluated_with_its_training_prompt():
     """For every conf/exp/*_paper.yaml row, each protocol of its tables' paper (no table: its note's) asks each
     benchmark of the row's setting (math or code) with the row's training prompt, unless decisions §3.1 lists that
     row and benchmark with a reason; and every listed pair is one that needs it (no stale entry)."""
-    from sarl.runtime.rows import _entries
-
     exceptions = prompt_exceptions()
     mismatched, checked = set(), set()
     rows = sorted(p.stem for p in (ROOT / "conf" / "exp").glob("*_paper.yaml"))
     assert len(rows) >= 15
     for row in rows:
-        tables = {r.table for r in _entries(ROOT / "conf" / "exp" / f"{row}.yaml")[0]}
-        if not tables:  # a row of no table (a figure): its note names the paper first ("EVOL-RL App. D.4, Fig. 6 ...")
-            tables = {str(OmegaConf.load(ROOT / "conf" / "exp" / f"{row}.yaml").paper.note)}
-        protocols = sorted({p for t in tables for p in protocols_of_table(t)})
+        paper = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "exp" / f"{row}.yaml").paper)
+        protocols = row_protocols(paper)  # a row of no table (a figure): its note's paper ("EVOL-RL App. D.4, ...")
         assert protocols, (
-            f"{row}: none of its tables {sorted(tables)} is of a paper with a protocol (conf/eval/protocol)"
+            f"{row}: none of its tables {paper['tables']} is of a paper with a protocol (conf/eval/protocol)"
         )
         setting, trained = training_templates(row)
         for protocol in protocols:
@@ -397,6 +393,10 @@ def test_every_paper_row_is_evaluated_with_its_training_prompt():
 
 
 def test_rows_map_to_their_papers_protocols():
+    assert row_protocols({"tables": [{"table": "SARL Table 2"}, {"table": "SARL Table 4"}]}) == ["sarl"]
+    assert row_protocols({"tables": [], "note": "EVOL-RL App. D.4, Fig. 6"}) == ["evol_rl"]
+    assert row_protocols({"tables": [], "note": "not a row of a paper table: the CPU smoke run"}) == []
+    assert row_protocols(None) == []
     assert protocols_of_table("EVOL-RL Table 1") == ["evol_rl"]
     assert protocols_of_table("Structured Reasoning Table 11") == ["structured", "structured_temperature"]
     assert protocols_of_table("GRP Table 2") == ["grp"]

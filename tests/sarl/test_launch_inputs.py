@@ -1,15 +1,20 @@
-"""`python -m sarl.launch.inputs`: the models and prepared data sets a composed row reads, and how each is fetched.
+"""`python -m sarl.launch.inputs`: the models and prepared data sets a composed row reads, the held-out sets its
+evaluation reads, and how each is fetched.
 The download itself runs in tests/slurm/test_gpu_session.py against a stand-in Hub; here, what is listed, where a
 data set is prepared, and how the command fails."""
 
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from eval.config import compose_eval_config
+from eval.protocol import check_runnable, resolve_plan
 from sarl.data.sources import DataSourceError
 from sarl.launch import inputs
 from sarl.launch.compose import compose_user_config
 from sarl.runtime.errors import UserError
+from sarl.runtime.rows import PROTOCOL_DIR, protocol_papers
 
 
 def test_the_row_s_inputs_are_listed_with_their_fetch_commands(tmp_path, capsys):
@@ -66,7 +71,7 @@ def test_a_pipeline_row_lists_each_stage_s_inputs_and_the_sample_set_a_paper_row
     """lcs_paper: the SFT stage trains on a set a teacher writes (the package's sample traces stand in for it, which
     a paper row refuses), the RL stage on prepared sets, both from the row's model; the RL stage's model is the SFT
     stage's, not one to download."""
-    args = ["+exp=lcs_paper", f"paths.data_dir={tmp_path}"]
+    args = ["--no-eval", "+exp=lcs_paper", f"paths.data_dir={tmp_path}"]
     assert inputs.main(args) == 1
     out = capsys.readouterr().out.splitlines()
     assert (
@@ -86,8 +91,62 @@ def test_a_pipeline_row_lists_each_stage_s_inputs_and_the_sample_set_a_paper_row
 
 def test_download_leaves_a_teacher_run_to_the_user(tmp_path, monkeypatch):
     cfg, choices = compose_user_config(["+exp=lcs_paper", f"paths.data_dir={tmp_path}"])
-    needs = inputs.inputs_of(cfg, choices, ["+exp=lcs_paper"])
+    needs = inputs.inputs_of(cfg, choices, ["+exp=lcs_paper"], heldout=False)
     (sft,) = [n for n in needs if n.name == "sft:data.sft_files"]
     monkeypatch.setattr(inputs, "prepare", lambda c: pytest.fail("a teacher's set is not prepared"))
     inputs.download(sft)  # nothing runs: the table keeps saying what to run
     assert not sft.here()
+
+
+def test_the_held_out_sets_of_the_row_s_protocols_are_listed_and_only_those(tmp_path, capsys):
+    """grpo_sarl_math is a row of SARL's tables: the sarl protocol's benchmarks are listed after the training inputs
+    (aime25, its validation set, once), each with the command that prepares it; `--no-eval` lists none of them; the
+    smoke run, of no paper, has none."""
+    args = ["+exp=grpo_sarl_math", f"paths.data_dir={tmp_path}"]
+    assert inputs.main(args) == 1
+    out = capsys.readouterr().out.splitlines()
+    resolved = tmp_path.resolve()
+    heldout = [line for line in out if "held out:" in line]
+    assert [line.split()[2] for line in heldout] == ["amc23", "math500", "minerva_math", "wildbench_v2"]
+    assert heldout[0] == (
+        f"✗ data  amc23 ({resolved}/amc23/test.parquet), held out: eval.run protocol=sarl  -> "
+        f"python -m sarl.data.prepare dataset=amc23 paths.data_dir={resolved}"
+    )
+    assert sum(" aime25 (" in line for line in out) == 1 and out[-len(heldout) :] == heldout
+    assert inputs.main(["--no-eval", *args]) == 1
+    assert capsys.readouterr().out.splitlines() == [line for line in out if "held out:" not in line]
+    cfg, choices = compose_user_config(["+exp=smoke", f"paths.data_dir={tmp_path}"])
+    assert inputs.row_heldout(cfg) == []
+
+
+@pytest.mark.parametrize("protocol", sorted(p.stem for p in PROTOCOL_DIR.glob("*.yaml")))
+def test_what_is_listed_for_a_protocol_is_what_eval_run_reads(protocol, tmp_path):
+    """With exactly the listed files in place (the prepared ones written where sarl.data.prepare writes them),
+    eval.run's own check of its data passes; with one missing, it names that one."""
+    (paper,) = [p for p, protocols in protocol_papers().items() if protocol in protocols]
+    row = OmegaConf.create({"paths": {"data_dir": str(tmp_path)}, "paper": {"tables": [{"table": f"{paper} Table 1"}]}})
+    needs = inputs.row_heldout(row)
+    assert needs and all(n.use.startswith("eval.run protocol=") for n in needs)
+    assert protocol in {n.use.split("=")[1] for n in needs}
+    plan = resolve_plan(compose_eval_config(["ckpt=x", f"protocol={protocol}", f"paths.data_dir={tmp_path}"]))
+    prepared = [n for n in needs if n.fetch is not None]
+    for need in prepared:
+        assert need.data_dir == str(tmp_path.resolve())
+        assert OmegaConf.load(inputs.CONF_DATA / f"{need.name}.yaml").split == "test"  # what prepare writes
+        Path(need.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(need.path).write_bytes(b"")
+    assert all(n.here() for n in needs)
+    check_runnable(plan, tmp_path)  # nothing missing
+    if prepared:
+        Path(prepared[-1].path).unlink()
+        with pytest.raises(UserError, match=f"benchmark '{prepared[-1].name}'"):
+            check_runnable(plan, tmp_path)
+
+
+def test_download_prepares_a_held_out_set_by_its_name(tmp_path, monkeypatch):
+    cfg, _ = compose_user_config(["+exp=grpo_sarl_math", f"paths.data_dir={tmp_path}"])
+    (amc,) = [n for n in inputs.row_heldout(cfg) if n.name == "amc23"]
+    prepared = []
+    monkeypatch.setattr(inputs, "prepare", lambda c: prepared.append((c.name, c.paths.data_dir)))
+    inputs.download(amc)
+    assert prepared == [("amc23", str(tmp_path.resolve()))]
