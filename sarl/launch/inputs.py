@@ -16,9 +16,10 @@ the command that writes the paper's set (a teacher run: listed, not run); a file
 checked. A pipeline row's stages are each composed as the pipeline composes them (`STAGE:key=value` applies to that
 stage); a stage that starts from an earlier one loads that stage's model.
 Held-out sets are the benchmarks `python -m eval.run` reads to evaluate the row by its paper's protocol (each
-protocol of the paper of its tables, or of its note: `sarl.runtime.rows.row_protocols`), each prepared like a data
-set into the same `paths.data_dir`; a protocol's own file (the smoke run's, in the package) is only checked.
-`--no-eval` leaves them out. Not listed: the WildBench judge, an endpoint (`judge.url`, docs/evaluation.md).
+protocol of the paper of its tables, or of its note: `sarl.runtime.rows.row_protocols`; composed without `+exp`,
+the protocol eval.run uses unless told), each prepared like a data set into the same `paths.data_dir`; a
+protocol's own file (the smoke run's, in the package) is only checked. `--no-eval` leaves them out. Not listed: the
+WildBench judge, an endpoint (`judge.url`, docs/evaluation.md).
 
 The exit status is 0 when everything is here (after the download), 1 when something is still missing.
 """
@@ -144,26 +145,34 @@ def row_data(cfg: DictConfig, choices: dict[str, Any] | None = None, stage: str 
     return out
 
 
-def protocol_benchmarks(protocol: str) -> list[tuple[str, str | None]]:
-    """(benchmark, the protocol's own file or None) of every benchmark of an evaluation protocol, as conf/eval.yaml
-    composes it (`benchmarks.math` and the like resolved), in order, without repeats."""
+def eval_protocol(name: str | None = None) -> DictConfig:
+    """An evaluation protocol (None: the one `eval.run` uses unless told) as conf/eval.yaml composes it."""
     from hydra import compose, initialize_config_dir
 
+    overrides = [] if name is None else [f"eval/protocol@protocol={name}"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sarl_inputs"):
-        cfg = compose(config_name="eval", overrides=[f"eval/protocol@protocol={protocol}"])
-    files = OmegaConf.to_container(cfg.protocol.files, resolve=True) if cfg.protocol.get("files") else {}
-    names = [str(name) for group in cfg.protocol.benchmarks for name in group.names or []]
+        return compose(config_name="eval", overrides=overrides).protocol
+
+
+def protocol_benchmarks(protocol: DictConfig) -> list[tuple[str, str | None]]:
+    """(benchmark, the protocol's own file or None) of every benchmark of a composed protocol (`benchmarks.math` and
+    the like resolved), in order, without repeats."""
+    files = OmegaConf.to_container(protocol.files, resolve=True) if protocol.get("files") else {}
+    names = [str(name) for group in protocol.benchmarks for name in group.names or []]
     return [(name, files.get(name)) for name in dict.fromkeys(names)]
 
 
 def row_heldout(cfg: DictConfig) -> list[Need]:
-    """The held-out sets `eval.run` reads to evaluate the row by each protocol of its paper: a benchmark is read from
+    """The held-out sets `eval.run` reads to evaluate the row by each protocol of its paper (a run with no `paper:`
+    block, composed without `+exp`: by the protocol `eval.run` uses unless told): a benchmark is read from
     `<paths.data_dir>/<name>/test.parquet` (eval.data.benchmark_path), which `sarl.data.prepare dataset=NAME` writes;
     a protocol's own file is only checked."""
     data_dir = Path(str(cfg.paths.data_dir)).expanduser().resolve()
+    paper = cfg.get("paper")
+    protocols = [None] if paper is None else row_protocols(OmegaConf.to_container(paper, resolve=True))
     out: list[Need] = []
-    for protocol in row_protocols(OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None):
-        use = f"eval.run protocol={protocol}"
+    for protocol in map(eval_protocol, protocols):
+        use = f"eval.run protocol={protocol.name}"
         for name, file in protocol_benchmarks(protocol):
             if file is not None:
                 out.append(Need("data", name, str(resolve_path(file)), None, use=use))

@@ -21,8 +21,10 @@ each change one setting of another row may share one line: each says `readme: {l
 that matches exactly the runs saying it, and one of them also gives the line's cells.
 
 The block is composed into the training config as `paper` (the exp files are `@package _global_`); no back end
-reads it. A file without a well-formed block is left out of `paper_rows()` and reported by `metadata_problems()`
-(a test asserts there are none), so that one new row without metadata does not stop the notebooks.
+reads it. The protocols that evaluate a run (`row_protocols`: conf/eval/protocol/ files whose `paper` its tables, or
+its note, name) are read from it too (the held-out sets `python -m sarl.launch.inputs` lists). A file without a
+well-formed block is left out of `paper_rows()` and reported by `metadata_problems()` (a test asserts there are
+none), so that one new row without metadata does not stop the notebooks.
 """
 
 from __future__ import annotations

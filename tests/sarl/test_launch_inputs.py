@@ -115,8 +115,10 @@ def test_the_held_out_sets_of_the_row_s_protocols_are_listed_and_only_those(tmp_
     assert sum(" aime25 (" in line for line in out) == 1 and out[-len(heldout) :] == heldout
     assert inputs.main(["--no-eval", *args]) == 1
     assert capsys.readouterr().out.splitlines() == [line for line in out if "held out:" not in line]
-    cfg, choices = compose_user_config(["+exp=smoke", f"paths.data_dir={tmp_path}"])
+    cfg, _ = compose_user_config(["+exp=smoke", f"paths.data_dir={tmp_path}"])
     assert inputs.row_heldout(cfg) == []
+    cfg, _ = compose_user_config(["reward=sarl", f"paths.data_dir={tmp_path}"])  # no row: eval.run's default protocol
+    assert [n.name for n in inputs.row_heldout(cfg)] == ["aime25", "amc23", "math500", "minerva_math", "wildbench_v2"]
 
 
 @pytest.mark.parametrize("protocol", sorted(p.stem for p in PROTOCOL_DIR.glob("*.yaml")))
