@@ -368,10 +368,12 @@ def test_a_real_ray_head_started_by_the_job_is_joined_and_stopped_by_its_process
             wait_for_ray_nodes(1, address, 240, head)
             assert head.poll() is None
             # `ray start` writes the record only after its node is up (ray 2.60 ray/scripts/scripts.py, start:
-            # write_ray_address after Node(...)), so a client can see the node before the record exists.
+            # write_ray_address after Node(...)), so a client can see the node before the record exists; it opens
+            # the file, then writes (ray/_private/utils.py): an empty record is one being written.
             record = Path(ray_tmp) / "ray" / "ray_current_cluster"
             deadline = time.monotonic() + 60
-            while not record.exists() and head.poll() is None and time.monotonic() < deadline:
+            while not (record.exists() and record.read_text().strip()) and head.poll() is None:
+                assert time.monotonic() < deadline, "no record of the cluster in 60 s"
                 time.sleep(0.2)
             assert record.read_text().strip() == address
         deadline = time.monotonic() + 30
