@@ -266,8 +266,11 @@ USAGE = Usage(
     ),
     keys=(("paths.data_dir", "where the prepared sets are (default data/)"),),
     groups=(("+exp", "exp", "the paper row"),),
-    more="scripts/gpu_session.sh runs it as its step 2 (docs/gpu.md).",
+    more="scripts/gpu_session.sh runs it, with --no-eval, as its step 2 (docs/gpu.md).",
 )
+
+
+FLAGS = ("--download", "--no-eval")
 
 
 @report_user_errors("sarl.launch.inputs")  # a misspelt key, a failed download: one line, exit 2
@@ -278,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the downloads
+    unknown = [a for a in argv if a.startswith("-") and a not in FLAGS]
+    if unknown:
+        raise UserError(f"{unknown[0]}: not an option; the options are {', '.join(FLAGS)} (and --help)")
     fetch, heldout = "--download" in argv, "--no-eval" not in argv
-    overrides = [a for a in argv if a not in ("--download", "--no-eval")]
+    overrides = [a for a in argv if a not in FLAGS]
     offline_if_unreachable()
     cfg, choices = compose_user_config(split_stage_overrides(overrides)[0])  # `STAGE:key=value`: that stage's only
     needs = inputs_of(cfg, choices, overrides, heldout)

@@ -49,12 +49,22 @@ def test_a_data_set_is_prepared_into_the_row_s_data_dir(tmp_path, monkeypatch):
         inputs.download(needs[0])
 
 
-def test_a_mistake_is_one_line_and_exit_2(capsys):
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["+exp=grpo_sarl_math", "trian.x=1"], "trian.x: no such key; did you mean train?"),
+        (
+            ["--noeval", "+exp=grpo_sarl_math"],
+            "--noeval: not an option; the options are --download, --no-eval (and --help)",
+        ),
+    ],
+)
+def test_a_mistake_is_one_line_and_exit_2(argv, line, capsys):
     with pytest.raises(SystemExit) as exit_:
-        inputs.main(["+exp=grpo_sarl_math", "trian.x=1"])
+        inputs.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2
-    assert err[-1] == "sarl.launch.inputs: trian.x: no such key; did you mean train?"
+    assert err[-1] == f"sarl.launch.inputs: {line}"
     assert not any("Traceback" in line for line in err)
 
 
