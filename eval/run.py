@@ -60,7 +60,7 @@ from eval.results import (
     protocol_math_part,
     write_results,
 )
-from eval.scoring import judge_all, lm_eval_stage, score_benchmarks, structure_all
+from eval.scoring import check_judge, judge_all, lm_eval_stage, score_benchmarks, structure_all
 from eval.select import select_and_evaluate
 from sarl.runtime import torch_threads
 from sarl.runtime.checkpoints import resolve_checkpoint
@@ -81,6 +81,7 @@ def run(cfg: DictConfig, explicit_generator: bool = True, selection: dict | None
     check_eval_config(cfg)
     plan = resolve_plan(cfg)
     check_runnable(plan, cfg.paths.data_dir)
+    check_judge(cfg, plan)
     if offline_note():  # said once the checks passed: a one-line error stays one line
         log.info("%s", offline_note())
     cfg = usable_generator(cfg, explicit_generator)  # after the checks: a mistake stays the one line said
@@ -257,6 +258,7 @@ def _run_command(argv: list[str]) -> int:
         return launcher.dispatch("eval.run", argv, cfg.launcher)
     explicit = generator_chosen(argv)
     if cfg.get("select"):  # every checkpoint of a run on the held-out set, then the one the rule picks
+        check_judge(cfg, resolve_plan(cfg))  # the pick's evaluation judges: its judge checked before the first pass
         return select_and_evaluate(cfg, lambda c, selection: run(c, explicit, selection))
     return run(cfg, explicit)
 

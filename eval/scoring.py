@@ -18,12 +18,13 @@ from eval.generate import SamplingConfig
 from eval.lm_eval_bridge import run_lm_eval
 from eval.metrics import benchmark_metrics
 from eval.prompts import answer_reader
-from eval.protocol import Benchmark
+from eval.protocol import Benchmark, Plan
 from eval.results import problem_row, summarise_math, summarise_overall, summarise_wildbench
 from eval.wildbench import EMPTY_RESPONSE_SCORE, judge_prompt, load_template
 from sarl.checking.grading.extract import strip_thinking
 from sarl.checking.grading.grader import Grader
 from sarl.contract.reward import RolloutBatch, build_reward
+from sarl.runtime.errors import UserError
 from sarl.serving.auto import embedding_server_for
 from sarl.structure.cluster import method_k_rule
 
@@ -111,6 +112,19 @@ def structure_all(
 # ---------------------------------------------------------------------------------------------------------
 # WildBench judging
 # ---------------------------------------------------------------------------------------------------------
+
+
+def check_judge(cfg: DictConfig, plan: Plan) -> None:
+    """Where the plan judges (a wildbench benchmark), the judge `judge_all` builds, built now, before any model
+    loads: its template read (a URL fetched once, then kept in `cache_dir`) and the judge made (the API key it
+    needs). A problem is a UserError naming it, not a traceback after every response has been generated."""
+    if not any(e.kind == "wildbench" for e in plan.entries):
+        return
+    j = cfg.judge
+    try:
+        build(j, load_template(str(j.template), cache_dir=Path(cfg.cache_dir))).close()
+    except (RuntimeError, OSError, ValueError) as err:  # load_template's and the judge's own (a key it lacks)
+        raise UserError(f"the WildBench judge: {err}") from err
 
 
 def judge_all(

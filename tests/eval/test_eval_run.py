@@ -301,6 +301,18 @@ def test_config_errors_name_the_problem(tiny_chat_model, eval_data_dir, tmp_path
     assert eval_run.main(bad_threads) == 2
     assert "torch_threads='many': use auto (the free CPUs), null (torch's default) or a number >= 1" in caplog.text
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    # the WildBench judge, checked before any model loads or any response is generated
+    key = "the WildBench judge: the WildBench judge at https://api.openai.com/v1 needs an API key in $OPENAI_API_KEY"
+    assert eval_run.main(overrides(tiny_chat_model, eval_data_dir, tmp_path, "https://api.openai.com/v1")) == 2
+    assert caplog.records[-1].getMessage().startswith(key)
+    for template, problem in (("missing.md", "does not exist"), ("base_results.json", "lacks the placeholders")):
+        bad = {"judge.template": FIXTURES / template}
+        assert eval_run.main(overrides(tiny_chat_model, eval_data_dir, tmp_path, "http://127.0.0.1:9/v1", **bad)) == 2
+        assert problem in caplog.records[-1].getMessage()
+    selecting = overrides(tiny_chat_model, eval_data_dir, tmp_path, "https://api.openai.com/v1", select="last")
+    assert eval_run.main(selecting) == 2  # before the first checkpoint's held-out pass
+    assert caplog.records[-1].getMessage().startswith(key)
+    assert not any((tmp_path / "cache").iterdir()) and not (tmp_path / "run").exists()  # nothing generated or written
     cfg = compose_eval_config(["ckpt=x", f"judge.template={FIXTURES / 'judge_template.md'}"])
     pending = {("toy_wildbench", "wb-1", 0): "<think>x</think> an answer to judge"}
     problem = load_benchmark(eval_data_dir / "toy_wildbench" / "test.parquet", "toy_wildbench", "wildbench")[0]
